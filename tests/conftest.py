@@ -1,0 +1,72 @@
+"""Shared fixtures: real gloo runs made once per session, and the committed sample runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "traces"
+EXAMPLE = ROOT / "workbench" / "examples" / "slow_data_ddp.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a command, capture its output, fail the test with the output if it hangs."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run(cmd, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def workbench(*args: str, **kw) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "workbench", *map(str, args)], **kw)
+
+
+def torchrun(nproc: int, script: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                "--master-port", str(_free_port()), str(script), *map(str, args)], **kw)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load_json_trace(path: Path) -> dict:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def tb_slow(tmp_path_factory) -> Path:
+    """A bare tensorboard_trace_handler directory: 2-rank DDP, num_workers=0, slow dataset."""
+    out = tmp_path_factory.mktemp("tb_slow")
+    r = torchrun(2, EXAMPLE, "--num-workers", "0", "--tb-trace-dir", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def tb_fast(tmp_path_factory) -> Path:
+    """The same run with enough DataLoader workers to hide the per-sample cost."""
+    out = tmp_path_factory.mktemp("tb_fast")
+    r = torchrun(2, EXAMPLE, "--num-workers", "4", "--tb-trace-dir", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def profiled_slow(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """`workbench profile --nproc-per-node 2` of the slow example."""
+    out = tmp_path_factory.mktemp("prof") / "slow"
+    r = workbench("profile", "--nproc-per-node", "2", "--out", out, EXAMPLE, "--num-workers", "0")
+    return r, out

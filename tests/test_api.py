@@ -1,0 +1,32 @@
+"""The public API and the import-cost promise (analysis and the app never import torch)."""
+
+import subprocess
+import sys
+
+import workbench
+
+
+def test_public_api_is_pinned():
+    assert sorted(workbench.__all__) == sorted([
+        "Analysis", "Run", "TraceError", "WorkbenchError", "analyze_run", "find_runs", "load_run", "__version__",
+    ])
+    for name in workbench.__all__:
+        assert hasattr(workbench, name)
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_analysis_path_does_not_import_torch():
+    mods = _modules_after("import workbench, workbench.cli, workbench.verdict, workbench.figures")
+    assert "torch" not in mods
+    assert "workbench.verdict" in mods
+
+
+def test_capture_does_not_import_plotting():
+    mods = _modules_after("import workbench.capture.session, workbench.capture.launcher")
+    assert "torch" in mods
+    assert not {"plotly", "streamlit"} & mods

@@ -1,0 +1,141 @@
+"""Step windows and the per-step time breakdown of each rank.
+
+A step is a ``ProfilerStep#N`` annotation: workbench's capture advances the profiler in a global
+optimizer-step hook, so a step runs from one ``optimizer.step()`` to the next and covers data
+loading, forward, backward, communication and the update.
+
+The breakdown attributes every microsecond of a step to exactly one category, so the categories
+sum to the step's wall time. Where several things happen at once the first in this order wins:
+
+GPU traces (the device is the GPU):
+    compute (non-communication kernels) › communication (NCCL kernels not hidden by compute:
+    exposed) › memcpy (copies/memsets) › dataloader (GPU idle while the main thread waits on the
+    DataLoader) › host (GPU idle while the main thread runs other work) › idle
+CPU traces (gloo; the device is the main thread's CPU):
+    dataloader (inside ``DataLoader.__next__``) › communication (blocking c10d ops on the main
+    thread) › compute (other main-thread work) › communication (gloo threads running while the
+    main thread waits: exposed) › idle
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from workbench.analysis.intervals import exclusive_lengths
+from workbench.load.trace import Trace
+
+CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
+BREAKDOWN_COLUMNS = ["rank", "step", "start_us", "end_us", "step_ms", *[f"{c}_ms" for c in CATEGORIES]]
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+COMM_KERNEL = re.compile(r"nccl|NCCL|cross_device_reduce|all_reduce|allreduce|all_gather|reduce_scatter", re.IGNORECASE)
+CPU_COMM_OP = re.compile(r"^(c10d::|_c10d_functional::|record_param_comms|nccl:)")
+MEMCPY_CATS = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
+
+
+def main_thread(trace: Trace) -> str | None:
+    """The training loop's thread: the one holding ProfilerStep annotations, else the busiest."""
+    ev = trace.events
+    cpu = ev[~ev["is_gpu"]]
+    if cpu.empty:
+        return None
+    steps = cpu[cpu["name"].astype(str).str.match(PROFILER_STEP.pattern)]
+    if not steps.empty:
+        return str(steps["tid"].iloc[0])
+    busy = cpu.groupby("tid", observed=True)["dur_us"].sum()
+    return str(busy.idxmax())
+
+
+def comm_threads(trace: Trace) -> set[str]:
+    """CPU threads that run collectives in the background (gloo's runloop threads)."""
+    named = {tid for tid, name in trace.threads.items() if "gloo" in name.lower() or "nccl" in name.lower()}
+    ev = trace.events
+    gloo = ev[(~ev["is_gpu"]) & ev["name"].astype(str).str.startswith("gloo:")]
+    return named | set(gloo["tid"].astype(str).unique())
+
+
+def step_windows(trace: Trace) -> pd.DataFrame:
+    """Columns: step (int), start_us, end_us. The whole trace is one step (-1) if none is marked."""
+    ev = trace.events
+    names = ev["name"].astype(str)
+    m = names.str.extract(PROFILER_STEP.pattern, expand=False)
+    marked = ev[m.notna() & ~ev["is_gpu"]]
+    if not marked.empty:
+        return pd.DataFrame({
+            "step": m[marked.index].astype(int).to_numpy(),
+            "start_us": marked["ts_us"].to_numpy(),
+            "end_us": (marked["ts_us"] + marked["dur_us"]).to_numpy(),
+        }).sort_values("step", ignore_index=True)
+    return pd.DataFrame({"step": [-1], "start_us": [ev["ts_us"].min()], "end_us": [(ev["ts_us"] + ev["dur_us"]).max()]})
+
+
+def _iv(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    s = df["ts_us"].to_numpy()
+    return s, s + df["dur_us"].to_numpy()
+
+
+def category_layers(trace: Trace) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
+    """The ordered (category, intervals) layers of the breakdown for this trace."""
+    ev = trace.events
+    names = ev["name"].astype(str)
+    main = main_thread(trace)
+    on_main = (ev["tid"].astype(str) == main) & ~ev["is_gpu"]
+    not_step = ~names.str.match(PROFILER_STEP.pattern)
+    dataloader = ev[on_main & names.str.match(DATALOADER.pattern)]
+    if ev["is_gpu"].any():
+        gpu = ev[ev["is_gpu"]]
+        gnames = gpu["name"].astype(str)
+        is_copy = gpu["cat"].astype(str).isin(MEMCPY_CATS)
+        is_comm = gnames.str.contains(COMM_KERNEL) & ~is_copy
+        host = ev[on_main & not_step]
+        return (
+            ["compute", "communication", "memcpy", "dataloader", "host"],
+            [_iv(gpu[~is_comm & ~is_copy]), _iv(gpu[is_comm]), _iv(gpu[is_copy]), _iv(dataloader), _iv(host)],
+        )
+    comm_main = ev[on_main & names.str.match(CPU_COMM_OP.pattern)]
+    compute = ev[on_main & not_step]
+    bg = ev[ev["tid"].astype(str).isin(comm_threads(trace)) & ~ev["is_gpu"]]
+    return (
+        ["dataloader", "communication", "compute", "communication"],
+        [_iv(dataloader), _iv(comm_main), _iv(compute), _iv(bg)],
+    )
+
+
+def step_breakdown(trace: Trace, rank: int | None = None) -> pd.DataFrame:
+    """One row per step of this rank: BREAKDOWN_COLUMNS; the *_ms categories sum to step_ms."""
+    rank = trace.rank if rank is None else rank
+    windows = step_windows(trace)
+    labels, layers = category_layers(trace)
+    rows = []
+    for step, lo, hi in windows.itertuples(index=False):
+        lengths = exclusive_lengths(layers, lo, hi)
+        row = dict.fromkeys(CATEGORIES, 0.0)
+        for label, us in zip(labels, lengths[:-1]):
+            row[label] += us / 1e3
+        row["idle"] = lengths[-1] / 1e3
+        rows.append({"rank": rank, "step": step, "start_us": lo, "end_us": hi, "step_ms": (hi - lo) / 1e3,
+                     **{f"{c}_ms": row[c] for c in CATEGORIES}})
+    return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+
+
+def run_breakdown(traces: dict[int, Trace]) -> pd.DataFrame:
+    """step_breakdown for every rank, concatenated."""
+    frames = [step_breakdown(t, r) for r, t in sorted(traces.items())]
+    if not frames:
+        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    return pd.concat(frames, ignore_index=True)
+
+
+def rank_summary(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """Mean per step for each rank: rank, steps, step_ms, *_ms, and each category's share (%)."""
+    cols = ["step_ms", *[f"{c}_ms" for c in CATEGORIES]]
+    g = breakdown.groupby("rank")
+    out = g[cols].mean()
+    out.insert(0, "steps", g.size())
+    for c in CATEGORIES:
+        out[f"{c}_pct"] = 100.0 * out[f"{c}_ms"] / out["step_ms"]
+    return out.reset_index()

@@ -1,0 +1,177 @@
+"""``workbench profile``: run an unmodified training script under capture, 1..N ranks.
+
+- N == 1 and not already a rank: one child ``python -m workbench.capture.bootstrap``.
+- N > 1: ``python -m torch.distributed.run --nproc-per-node N -m workbench.capture.bootstrap``;
+  torchrun sets RANK/WORLD_SIZE/MASTER_ADDR as for any torchrun job.
+- Already a rank (started under torchrun, or srun with SLURM_PROCID): capture in this process.
+
+The child's stdout/stderr are inherited (they pass through unchanged); the exit code returned is
+the script's own (the first failing rank's when several ran). The manifest is written before the
+script starts and completed when it ends, so a crashed run still says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from workbench import contract
+from workbench.errors import WorkbenchError
+
+
+def parse_schedule(text: str) -> tuple[int, int, int]:
+    try:
+        wait, warmup, active = (int(x) for x in text.split(","))
+    except ValueError:
+        raise WorkbenchError(f"--schedule must be WAIT,WARMUP,ACTIVE (three integers), got {text!r}") from None
+    if wait < 0 or warmup < 0 or active < 1:
+        raise WorkbenchError(f"--schedule needs WAIT>=0, WARMUP>=0, ACTIVE>=1, got {text!r}")
+    return wait, warmup, active
+
+
+def already_a_rank() -> bool:
+    """True when this process was started as one rank of a job (torchrun or srun)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or (
+        "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1
+    )
+
+
+def default_run_dir(script: str, root: Path = Path("traces")) -> Path:
+    stem = Path(script).stem
+    # Every rank of a job must pick the same directory: use the job's id when there is one.
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+    if job and job != "none":
+        return root / f"{stem}-{job}"
+    return root / f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    tmp = run_dir / (contract.MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    os.replace(tmp, run_dir / contract.MANIFEST)
+
+
+def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tuple[int, int, int], config: dict | None = None) -> dict[str, Any]:
+    manifest = {
+        "schema_version": contract.SCHEMA_VERSION,
+        "run_id": run_dir.name,
+        "command": shlex.join(command),
+        "cwd": os.getcwd(),
+        "config": config or {},
+        "nproc_per_node": nproc,
+        "world_size": None,
+        "schedule": {"wait": schedule[0], "warmup": schedule[1], "active": schedule[2]},
+        "start_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "end_utc": None,
+        "status": contract.STATUS_RUNNING,
+        "exit_code": None,
+        "ranks": {},
+    }
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int) -> dict[str, Any]:
+    """Fold the ranks' env/status files into the manifest and record how the run ended."""
+    ranks: dict[str, Any] = {}
+    for env_file in sorted(run_dir.glob("env_rank*.json")):
+        info = json.loads(env_file.read_text())
+        ranks[str(info["rank"])] = info
+    for status_file in sorted(run_dir.glob("status_rank*.json")):
+        st = json.loads(status_file.read_text())
+        ranks.setdefault(str(st["rank"]), {}).update(st)
+    first = ranks[min(ranks, key=int)] if ranks else {}
+    manifest.update(
+        ranks=ranks,
+        world_size=first.get("world_size"),
+        hosts=sorted({r.get("host") for r in ranks.values() if r.get("host")}),
+        device_name=first.get("device_name"),
+        device_memory_bytes=first.get("device_memory_bytes"),
+        versions={k: first.get(k) for k in ("python", "torch", "cuda", "nccl")},
+        end_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        exit_code=exit_code,
+        status=contract.STATUS_OK if exit_code == 0 else (contract.STATUS_INTERRUPTED if exit_code in (130, -2) else contract.STATUS_FAILED),
+    )
+    errors = [f"rank {k}: {r['error']}" for k, r in sorted(ranks.items()) if r.get("error")]
+    if errors:
+        manifest["error"] = errors[0]
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+def _rank_exit_code(run_dir: Path, fallback: int) -> int:
+    """The script's exit code: the first non-zero one a rank recorded, else the launcher's."""
+    codes = []
+    for f in sorted(run_dir.glob("status_rank*.json")):
+        try:
+            codes.append(int(json.loads(f.read_text())["exit_code"]))
+        except (ValueError, KeyError, json.JSONDecodeError):
+            continue
+    bad = [c for c in codes if c != 0]
+    return bad[0] if bad else fallback
+
+
+def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = None,
+            schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None) -> tuple[int, Path]:
+    """Run ``script`` under capture. Returns (exit code, run directory)."""
+    if not Path(script).is_file():
+        raise WorkbenchError(f"training script not found: {script}")
+    if nproc < 1:
+        raise WorkbenchError(f"--nproc-per-node must be >= 1, got {nproc}")
+    run_dir = Path(out) if out else default_run_dir(script)
+    env = dict(os.environ, WORKBENCH_RUN_DIR=str(run_dir.resolve()), WORKBENCH_SCHEDULE=",".join(map(str, schedule)))
+    command = ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
+
+    if already_a_rank():
+        # One process of a job someone else launched: capture here, rank 0 keeps the manifest.
+        from workbench.capture.bootstrap import run_script
+        from workbench.capture.session import dist_env
+
+        os.environ.update(env)
+        rank = dist_env()[0]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manifest = start_manifest(run_dir, command, nproc, schedule, config) if rank == 0 else None
+        code = run_script(script, args)
+        if manifest is not None:
+            finish_manifest(run_dir, manifest, code)
+        return code, run_dir
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = start_manifest(run_dir, command, nproc, schedule, config)
+    child = [sys.executable, "-m", "workbench.capture.bootstrap", script, *args]
+    if nproc > 1:
+        # torchrun's own exit code is 1 for any failure; the ranks' status files keep the real one.
+        child = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                 "--master-port", os.environ.get("MASTER_PORT") or str(_free_port()),
+                 "-m", "workbench.capture.bootstrap", script, *args]
+    proc = subprocess.Popen(child, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        code = 130
+    if code < 0:  # killed by a signal: report it as a shell would
+        code = 128 - code
+    code = _rank_exit_code(run_dir, code)
+    finish_manifest(run_dir, manifest, code)
+    return code, run_dir
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,148 @@
+"""Device sampler: a daemon thread that appends one row of NVML readings (or, without a GPU,
+CPU/process readings from psutil) to ``nvml_rank{r}.csv`` every ``interval_s``.
+
+NVML is reached through a small backend object so that tests can pass a fake
+(:class:`FakeNvml`) and need no GPU. A 10 Hz sampler costs nothing measurable on an H200
+(see shared notes); rows are flushed about once a second so a crash loses at most that.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from workbench.contract import NVML_COLUMNS
+
+
+class NvmlBackend(Protocol):
+    def read(self) -> dict[str, Any]:
+        """One sample: a dict with (a subset of) NVML_COLUMNS' gpu fields."""
+
+
+class PynvmlBackend:
+    """Real NVML through ``pynvml`` (package nvidia-ml-py). Raises if there is no usable GPU."""
+
+    def __init__(self, index: int) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nv = pynvml
+        self._h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.index = index
+        self.name = pynvml.nvmlDeviceGetName(self._h)
+        if isinstance(self.name, bytes):
+            self.name = self.name.decode()
+
+    def _try(self, fn, *args):
+        try:
+            return fn(self._h, *args)
+        except self._nv.NVMLError:  # a query the device does not support: leave the cell empty
+            return None
+
+    def read(self) -> dict[str, Any]:
+        nv = self._nv
+        util = self._try(nv.nvmlDeviceGetUtilizationRates)
+        mem = self._try(nv.nvmlDeviceGetMemoryInfo)
+        power = self._try(nv.nvmlDeviceGetPowerUsage)
+        return {
+            "device": self.index,
+            "gpu_util_pct": util.gpu if util else None,
+            "mem_util_pct": util.memory if util else None,
+            "mem_used_bytes": mem.used if mem else None,
+            "mem_total_bytes": mem.total if mem else None,
+            "power_w": power / 1000.0 if power is not None else None,
+            "sm_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
+            "pcie_tx_kbps": self._try(nv.nvmlDeviceGetPcieThroughput, nv.NVML_PCIE_UTIL_TX_BYTES),
+            "pcie_rx_kbps": self._try(nv.nvmlDeviceGetPcieThroughput, nv.NVML_PCIE_UTIL_RX_BYTES),
+        }
+
+    def close(self) -> None:
+        try:
+            self._nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+class FakeNvml:
+    """A scripted NVML for unit tests: returns ``samples`` in turn, then repeats the last."""
+
+    def __init__(self, samples: list[dict[str, Any]], name: str = "Fake GPU") -> None:
+        self.samples = list(samples)
+        self.name = name
+        self.reads = 0
+
+    def read(self) -> dict[str, Any]:
+        s = self.samples[min(self.reads, len(self.samples) - 1)]
+        self.reads += 1
+        return dict(s)
+
+    def close(self) -> None:
+        pass
+
+
+def open_nvml(local_rank: int) -> PynvmlBackend | None:
+    """The NVML backend for this rank's GPU, or None (no pynvml, no driver, no GPU)."""
+    try:
+        return PynvmlBackend(local_rank)
+    except Exception:
+        return None
+
+
+class Sampler:
+    """Samples ``backend`` (or the CPU when it is None) into ``path`` on a daemon thread."""
+
+    def __init__(self, path: Path, backend: NvmlBackend | None, interval_s: float = 0.1) -> None:
+        import psutil
+
+        self.path = Path(path)
+        self.backend = backend
+        self.interval_s = interval_s
+        self.source = "cpu" if backend is None else "nvml"
+        self._proc = psutil.Process(os.getpid())
+        self._psutil = psutil
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="workbench-sampler", daemon=True)
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=NVML_COLUMNS, extrasaction="ignore")
+        if self._file.tell() == 0:
+            self._writer.writeheader()
+        # psutil's cpu_percent needs a first call to set its reference point
+        psutil.cpu_percent(None)
+        self._proc.cpu_percent(None)
+
+    def sample(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"ts_unix_s": f"{time.time():.6f}", "source": self.source}
+        if self.backend is not None:
+            row.update(self.backend.read())
+        row["cpu_util_pct"] = self._psutil.cpu_percent(None)
+        row["proc_cpu_pct"] = self._proc.cpu_percent(None)
+        row["rss_bytes"] = self._proc.memory_info().rss
+        return row
+
+    def _loop(self) -> None:
+        last_flush = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._writer.writerow(self.sample())
+            except Exception:  # a failing query must never take the training down
+                continue
+            if time.monotonic() - last_flush > 1.0:
+                self._file.flush()
+                last_flush = time.monotonic()
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        self._file.flush()
+        self._file.close()
+        if self.backend is not None:
+            self.backend.close()

@@ -1,0 +1,257 @@
+"""What runs inside each training process: torch.profiler on a schedule, step boundaries from a
+global optimizer step hook, per-step rows, the device sampler and this rank's environment.
+
+Nothing here needs the training script to change: the profiler advances in
+``torch.optim.optimizer.register_optimizer_step_post_hook``, DataLoader waits are timed by
+wrapping the DataLoader iterator's ``__next__``, and the script runs under :func:`run_script`.
+The engine may add loss / grad-norm / tokens with :func:`record_metrics` before ``opt.step()``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import platform
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from workbench import contract
+from workbench.capture.sampler import Sampler, open_nvml
+
+_ACTIVE: "CaptureSession | None" = None
+
+
+@dataclass(kw_only=True, slots=True)
+class CaptureConfig:
+    """How to capture one rank."""
+
+    out_dir: Path
+    """The run directory (created if missing)."""
+    wait: int = 1
+    """Steps to skip before the profiler warms up (step 0 holds start-up costs)."""
+    warmup: int = 1
+    """Steps traced and discarded (the profiler's own start-up overhead)."""
+    active: int = 3
+    """Steps recorded into rank{r}.pt.trace.json.gz."""
+    record_shapes: bool = True
+    """Input shapes and dtypes: needed for collective sizes on gloo traces."""
+    profile_memory: bool = True
+    """[memory] events: the memory timeline and peak."""
+    with_stack: bool = False
+    """Python stacks: ~10x larger traces; off by default."""
+    sample_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.wait < 0 or self.warmup < 0 or self.active < 1:
+            raise ValueError(f"schedule must be WAIT>=0,WARMUP>=0,ACTIVE>=1, got {self.wait},{self.warmup},{self.active}")
+
+    @classmethod
+    def from_env(cls) -> "CaptureConfig":
+        wait, warmup, active = (int(x) for x in os.environ.get("WORKBENCH_SCHEDULE", "1,1,3").split(","))
+        return cls(out_dir=Path(os.environ["WORKBENCH_RUN_DIR"]), wait=wait, warmup=warmup, active=active)
+
+
+def dist_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's variables, else SLURM's, else (0, 1, 0)."""
+    env = os.environ
+    if "RANK" in env:
+        return int(env["RANK"]), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in env:
+        return int(env["SLURM_PROCID"]), int(env.get("SLURM_NTASKS", 1)), int(env.get("SLURM_LOCALID", 0))
+    return 0, 1, 0
+
+
+def environment_info(rank: int, world_size: int, local_rank: int) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "rank": rank,
+        "world_size": world_size,
+        "local_rank": local_rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": "cpu",
+        "device_name": platform.processor() or platform.machine(),
+        "device_memory_bytes": None,
+        "nccl": None,
+        "cpu_count": os.cpu_count(),
+    }
+    if torch.cuda.is_available():
+        idx = local_rank % torch.cuda.device_count()
+        props = torch.cuda.get_device_properties(idx)
+        info.update(device=f"cuda:{idx}", device_name=props.name, device_memory_bytes=props.total_memory)
+        try:
+            info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:
+            pass
+    return info
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+class CaptureSession:
+    """Profiles this process from :meth:`start` to :meth:`stop`; one instance per rank."""
+
+    def __init__(self, config: CaptureConfig) -> None:
+        self.config = config
+        self.rank, self.world_size, self.local_rank = dist_env()
+        self.out = Path(config.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.step = 0
+        self.trace_complete = False
+        self.trace_written = False
+        self._metrics: dict[str, Any] = {}
+        self._data_wait_s = 0.0
+        self._step_start = time.time()
+        self._step_t0 = time.perf_counter()
+        self._optimizer_id: int | None = None
+        self._hook = None
+        self._orig_next = None
+        self._prof: profile | None = None
+        self._sampler: Sampler | None = None
+        self._steps_file = open(self.out / contract.steps_name(self.rank), "w", newline="")
+        self._steps = csv.DictWriter(self._steps_file, fieldnames=contract.STEP_COLUMNS, extrasaction="ignore")
+        self._steps.writeheader()
+        self._steps_file.flush()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "CaptureSession":
+        global _ACTIVE
+        _ACTIVE = self
+        info = environment_info(self.rank, self.world_size, self.local_rank)
+        _write_json_atomic(self.out / contract.env_name(self.rank), info)
+        backend = open_nvml(self.local_rank) if torch.cuda.is_available() else None
+        self._sampler = Sampler(self.out / contract.nvml_name(self.rank), backend, self.config.sample_interval_s).start()
+        self._patch_dataloader()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        c = self.config
+        self._prof = profile(
+            activities=activities,
+            schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
+            on_trace_ready=self._trace_ready,
+            record_shapes=c.record_shapes,
+            profile_memory=c.profile_memory,
+            with_stack=c.with_stack,
+        )
+        self._prof.start()
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._step_start, self._step_t0 = time.time(), time.perf_counter()
+        return self
+
+    def stop(self) -> None:
+        """Stop everything; a profiler stopped mid-cycle still writes what it recorded."""
+        global _ACTIVE
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._prof is not None:
+            prof, self._prof = self._prof, None
+            try:
+                prof.stop()
+            except Exception as e:  # never hide the script's own error behind ours
+                print(f"workbench: rank {self.rank}: could not finish the trace: {e}", flush=True)
+        self._unpatch_dataloader()
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
+        if not self._steps_file.closed:
+            self._steps_file.close()
+        _ACTIVE = None
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        # Several optimizers (or a wrapper such as ZeroRedundancyOptimizer around an inner one)
+        # would advance the step more than once per iteration: follow the first one that steps.
+        if self._optimizer_id is None:
+            self._optimizer_id = id(optimizer)
+        elif id(optimizer) != self._optimizer_id:
+            return
+        now, t = time.time(), time.perf_counter()
+        profiled = self._prof is not None and self._prof.current_action.name.startswith("RECORD")
+        row: dict[str, Any] = {
+            "step": self.step,
+            "start_unix_s": f"{self._step_start:.6f}",
+            "step_ms": f"{(t - self._step_t0) * 1e3:.3f}",
+            "data_wait_ms": f"{self._data_wait_s * 1e3:.3f}",
+            "profiled": int(profiled),
+        }
+        row.update(self._metrics)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            row["mem_allocated_bytes"] = torch.cuda.memory_allocated()
+            row["mem_reserved_bytes"] = torch.cuda.memory_reserved()
+            row["max_mem_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        if self._sampler is not None:
+            row["rss_bytes"] = self._sampler._proc.memory_info().rss
+        self._steps.writerow(row)
+        self._steps_file.flush()
+        self._metrics = {}
+        self._data_wait_s = 0.0
+        self.step += 1
+        if self._prof is not None:
+            self._prof.step()
+        self._step_start, self._step_t0 = time.time(), time.perf_counter()
+
+    def _patch_dataloader(self) -> None:
+        from torch.utils.data import dataloader
+
+        cls = dataloader._BaseDataLoaderIter
+        orig = cls.__next__
+        session = self
+
+        def __next__(it):  # noqa: N807 - the wrapped dunder
+            t0 = time.perf_counter()
+            try:
+                return orig(it)
+            finally:
+                session._data_wait_s += time.perf_counter() - t0
+
+        self._orig_next = orig
+        cls.__next__ = __next__
+
+    def _unpatch_dataloader(self) -> None:
+        if self._orig_next is not None:
+            from torch.utils.data import dataloader
+
+            dataloader._BaseDataLoaderIter.__next__ = self._orig_next
+            self._orig_next = None
+
+    def _trace_ready(self, prof: profile) -> None:
+        # Called at the end of the active window, or by stop() mid-window (a partial cycle).
+        self.trace_complete = prof.step_num >= self.config.wait + self.config.warmup + self.config.active
+        final = self.out / contract.trace_name(self.rank)
+        tmp_json = self.out / f".rank{self.rank}.tmp.json"
+        prof.export_chrome_trace(str(tmp_json))
+        tmp_gz = final.with_suffix(".gz.tmp")
+        with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(tmp_gz, final)
+        tmp_json.unlink()
+        self.trace_written = True
+
+
+def record_metrics(**values: Any) -> None:
+    """Attach values (loss, grad_norm, tokens) to the current step's row; call before opt.step().
+
+    Tensors are read with ``.item()``, a host sync: call it where the value is needed anyway.
+    """
+    if _ACTIVE is None:
+        return
+    for k, v in values.items():
+        if hasattr(v, "item"):
+            v = v.item()
+        _ACTIVE._metrics[k] = v

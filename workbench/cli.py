@@ -1,0 +1,162 @@
+"""The ``workbench`` command. Parses arguments and prints; the work is done in the library.
+
+Errors users can fix are one line on stderr and exit code 2. ``workbench profile`` returns the
+training script's own exit code. Workbench's own messages go to stderr, so the script's stdout
+passes through untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+EXAMPLES = {
+    "profile": """examples:
+  workbench profile train.py --lr 3e-4
+  workbench profile --nproc-per-node 2 workbench/examples/slow_data_ddp.py --num-workers 0
+  torchrun --nproc-per-node 8 -m workbench profile train.py     # already under torchrun/srun
+""",
+    "analyze": """examples:
+  workbench analyze traces/slow_data_ddp-20261202-103000
+  workbench analyze ./log/resnet --json          # a tensorboard_trace_handler directory
+""",
+}
+
+
+def _err(msg: str) -> None:
+    print(f"workbench: error: {msg}", file=sys.stderr)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from workbench.capture.launcher import parse_schedule, profile
+
+    schedule = parse_schedule(args.schedule)
+    code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out, schedule=schedule)
+    con = _console()
+    con.print(f"[bold]workbench[/]: run written to {run_dir} (exit code {code})")
+    if args.no_analyze:
+        return code
+    try:
+        from workbench.verdict import analyze_run
+
+        analysis = analyze_run(run_dir)
+    except WorkbenchError as e:
+        con.print(f"[yellow]workbench: nothing to analyze: {e}[/]")
+        return code
+    _print_analysis(analysis, con)
+    con.print(f"next: [bold]workbench analyze {run_dir}[/] · [bold]streamlit run app.py -- --traces {run_dir.parent}[/]")
+    return code
+
+
+def _print_analysis(analysis, con) -> None:
+    from rich.table import Table
+
+    from workbench.analysis.steps import CATEGORIES
+
+    run = analysis.run
+    con.print(f"[bold]{run.name}[/]: {run.world_size} rank(s), {run.device_name or 'unknown device'}, "
+              f"{len(analysis.breakdown['step'].unique())} profiled step(s)")
+    for w in run.warnings:
+        con.print(f"[yellow]warning:[/] {w}")
+    t = Table(title="mean per step (ms)", title_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("step", justify="right")
+    for c in CATEGORIES:
+        t.add_column(c, justify="right")
+    for row in analysis.per_rank.to_dict("records"):
+        t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
+                  *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in CATEGORIES])
+    con.print(t)
+    colours = {"critical": "red", "warning": "yellow", "info": "cyan"}
+    for d in analysis.diagnoses:
+        col = colours[d.severity]
+        con.print(f"[{col}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {d.title}")
+        con.print(f"         fix: {d.recommendation}")
+        gain = d.estimated_gain
+        if gain.get("speedup_max"):
+            con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
+    con.print(f"[bold]verdict:[/] {analysis.verdict}")
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from workbench.verdict import analyze_run
+
+    if args.json:
+        analysis = analyze_run(args.path)
+        json.dump(analysis.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
+    from rich.progress import Progress
+
+    con = _console()
+    with Progress(console=con, transient=True) as bar:
+        task = bar.add_task("reading traces", total=None)
+
+        def progress(done, total, f):
+            bar.update(task, total=total, completed=done, description=f"read {Path(f).name}")
+
+        analysis = analyze_run(args.path, progress=progress)
+    _print_analysis(analysis, con)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="workbench",
+        description="Profile distributed PyTorch training, find why the GPUs are not busy, verify the fix.",
+        epilog="run 'workbench COMMAND --help' for a command's options and examples",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    pr = sub.add_parser("profile", help="run a training script under the profiler (1..N ranks)",
+                        description="Run an unmodified training script with torch.profiler, an NVML sampler "
+                                    "and per-step metrics; write a run directory; print the verdict.",
+                        epilog=EXAMPLES["profile"], formatter_class=fmt)
+    pr.add_argument("--nproc-per-node", type=int, default=1, metavar="N", help="ranks to start through torchrun (default 1)")
+    pr.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory (default traces/<script>-<time>)")
+    pr.add_argument("--schedule", default="1,1,3", metavar="WAIT,WARMUP,ACTIVE",
+                    help="profiler schedule in optimizer steps (default 1,1,3)")
+    pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
+    pr.add_argument("script", help="the training script")
+    pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    pr.set_defaults(func=cmd_profile)
+
+    an = sub.add_parser("analyze", help="verdict, evidence and fix for a run",
+                        description="Analyze a run directory, or a directory of *.pt.trace.json[.gz] files written "
+                                    "by torch.profiler.tensorboard_trace_handler (one per rank).",
+                        epilog=EXAMPLES["analyze"], formatter_class=fmt)
+    an.add_argument("path", type=Path, help="run directory, trace directory or one trace file")
+    an.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.analyze/1)")
+    an.set_defaults(func=cmd_analyze)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except WorkbenchError as e:
+        _err(str(e))
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:  # `workbench analyze --json | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

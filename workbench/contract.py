@@ -1,0 +1,84 @@
+"""The trace-directory contract between capture and analysis (schema version 1).
+
+A run directory ``traces/<run>/`` holds::
+
+    manifest.json               run id, command, world size, hosts, devices, versions, status
+    rank{r}.pt.trace.json.gz    the Kineto (torch.profiler) trace of rank r: standard Chrome
+                                trace JSON that Perfetto, chrome://tracing and HTA open
+    nvml_rank{r}.csv            timestamped device samples (NVML, or the CPU fallback)
+    steps_rank{r}.csv           one row per optimizer step, written as the step ends
+    env_rank{r}.json            what rank r saw at start (host, device, versions)
+
+Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
+when complete), so a crash loses at most the step in flight. A bare directory of
+``*.pt.trace.json[.gz]`` files as ``torch.profiler.tensorboard_trace_handler`` writes them is a
+valid run too: the rank of each file comes from its ``distributedInfo``.
+
+This module is the single source of the names and columns; it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+MANIFEST = "manifest.json"
+TRACE = "rank{rank}.pt.trace.json.gz"
+NVML = "nvml_rank{rank}.csv"
+STEPS = "steps_rank{rank}.csv"
+ENV = "env_rank{rank}.json"
+
+# Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
+STEP_COLUMNS = (
+    "step",  # 0-based optimizer step index
+    "start_unix_s",  # wall-clock start of the step (previous optimizer step's end)
+    "step_ms",  # wall time from the previous optimizer step's end to this one's
+    "data_wait_ms",  # time spent inside DataLoader iterator __next__ during the step
+    "profiled",  # 1 when the profiler was recording this step
+    "loss",  # reported by the engine (workbench.capture.record_metrics); empty for user scripts
+    "grad_norm",
+    "tokens",
+    "mem_allocated_bytes",  # torch.cuda.memory_allocated at step end (GPU), else empty
+    "mem_reserved_bytes",
+    "max_mem_allocated_bytes",
+    "rss_bytes",  # resident set size of the rank process
+)
+
+# Columns of nvml_rank{r}.csv. `source` is "nvml" or "cpu" (no GPU: a psutil process sampler).
+NVML_COLUMNS = (
+    "ts_unix_s",
+    "source",
+    "device",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "sm_clock_mhz",
+    "pcie_tx_kbps",
+    "pcie_rx_kbps",
+    "cpu_util_pct",  # whole-machine CPU utilisation
+    "proc_cpu_pct",  # this rank process (100 = one core)
+    "rss_bytes",
+)
+
+# manifest.json["status"]
+STATUS_RUNNING = "running"
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_INTERRUPTED = "interrupted"
+
+
+def trace_name(rank: int) -> str:
+    return TRACE.format(rank=rank)
+
+
+def steps_name(rank: int) -> str:
+    return STEPS.format(rank=rank)
+
+
+def nvml_name(rank: int) -> str:
+    return NVML.format(rank=rank)
+
+
+def env_name(rank: int) -> str:
+    return ENV.format(rank=rank)

@@ -1,0 +1,193 @@
+"""A run: the manifest plus, per rank, the trace tables, the per-step rows and the device samples.
+
+``load_run`` accepts a run directory written by ``workbench profile`` or a bare directory of
+``*.pt.trace.json[.gz]`` files as ``torch.profiler.tensorboard_trace_handler`` writes them
+(one per rank; the rank comes from each trace's ``distributedInfo``). Missing pieces are fine
+(no manifest, no NVML, no steps); a corrupt piece is a :class:`TraceError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from workbench import contract
+from workbench.errors import TraceError, WorkbenchError
+from workbench.load.trace import Trace, read_trace
+
+TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
+_RANK_FILE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
+
+
+@dataclass(slots=True)
+class RankData:
+    rank: int
+    trace: Trace | None
+    steps: pd.DataFrame | None = None
+    """steps_rank{r}.csv (contract.STEP_COLUMNS), or None."""
+    nvml: pd.DataFrame | None = None
+    """nvml_rank{r}.csv (contract.NVML_COLUMNS), or None."""
+
+
+@dataclass(slots=True)
+class Run:
+    path: Path
+    manifest: dict[str, Any]
+    ranks: dict[int, RankData]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def world_size(self) -> int:
+        return int(self.manifest.get("world_size") or len(self.ranks) or 1)
+
+    @property
+    def traces(self) -> dict[int, Trace]:
+        return {r: d.trace for r, d in self.ranks.items() if d.trace is not None}
+
+    @property
+    def device_name(self) -> str | None:
+        if self.manifest.get("device_name"):
+            return self.manifest["device_name"]
+        for t in self.traces.values():
+            if t.devices:
+                return t.devices[0].get("name")
+        return None
+
+    @property
+    def device_memory_bytes(self) -> int | None:
+        if self.manifest.get("device_memory_bytes"):
+            return int(self.manifest["device_memory_bytes"])
+        for t in self.traces.values():
+            if t.devices and t.devices[0].get("totalGlobalMem"):
+                return int(t.devices[0]["totalGlobalMem"])
+        return None
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(t.events["is_gpu"].any() for t in self.traces.values())
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    f = Path(path) / contract.MANIFEST
+    if not f.exists():
+        return {}
+    try:
+        m = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceError(f, f"invalid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise TraceError(f, "not a JSON object")
+    version = m.get("schema_version")
+    if version is not None and int(version) > contract.SCHEMA_VERSION:
+        raise TraceError(f, f"schema_version {version} is newer than this workbench ({contract.SCHEMA_VERSION}); upgrade workbench")
+    return m
+
+
+def trace_files(path: Path) -> list[Path]:
+    files: set[Path] = set()
+    for g in TRACE_GLOBS:
+        files.update(Path(path).glob(g))
+    return sorted(files)
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_csv(path, on_bad_lines="skip")  # a crash can leave a half-written last row
+    except pd.errors.EmptyDataError:
+        return None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise TraceError(path, f"unreadable CSV ({e})") from None
+    return df
+
+
+def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None) -> Run:
+    """Load the run at ``path`` (a run directory, a bare trace directory, or one trace file).
+
+    ``ranks`` limits which ranks' traces are parsed; ``progress(done, total, file)`` is called
+    after each file (the CLI draws a bar with it).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise WorkbenchError(f"no such run: {path}")
+    if path.is_file():
+        files, root = [path], path.parent
+        manifest: dict[str, Any] = {}
+    else:
+        root = path
+        manifest = read_manifest(path)
+        files = trace_files(path)
+    if not files and not manifest:
+        raise WorkbenchError(f"{path}: no manifest.json and no *.pt.trace.json[.gz] files; is this a run directory?")
+
+    wanted = set(ranks) if ranks is not None else None
+    run = Run(path=root if path.is_file() else path, manifest=manifest, ranks={})
+    for i, f in enumerate(files):
+        m = _RANK_FILE.match(f.name)
+        if m and wanted is not None and int(m.group(1)) not in wanted:
+            continue
+        trace = read_trace(f)
+        rank = trace.rank if trace.rank is not None else (int(m.group(1)) if m else len(run.ranks))
+        if progress:
+            progress(i + 1, len(files), f)
+        if wanted is not None and rank not in wanted:
+            continue
+        if rank in run.ranks and run.ranks[rank].trace is not None:
+            # tensorboard_trace_handler writes one file per profiler cycle: keep the newest.
+            run.warnings.append(f"rank {rank} has several traces; using {f.name}")
+        run.ranks[rank] = RankData(rank=rank, trace=trace)
+
+    if not path.is_file():
+        for f in sorted(path.glob("steps_rank*.csv")):
+            r = int(re.findall(r"\d+", f.stem)[-1])
+            if wanted is None or r in wanted:
+                run.ranks.setdefault(r, RankData(rank=r, trace=None)).steps = _read_csv(f)
+        for f in sorted(path.glob("nvml_rank*.csv")):
+            r = int(re.findall(r"\d+", f.stem)[-1])
+            if wanted is None or r in wanted:
+                run.ranks.setdefault(r, RankData(rank=r, trace=None)).nvml = _read_csv(f)
+    run.ranks = dict(sorted(run.ranks.items()))
+    if manifest.get("status") == contract.STATUS_FAILED:
+        run.warnings.append(f"the run failed: {manifest.get('error') or 'exit code ' + str(manifest.get('exit_code'))}")
+    return run
+
+
+def find_runs(root: Path | str) -> list[dict[str, Any]]:
+    """Every run under ``root`` (directories holding a manifest or traces), newest first.
+
+    Reads manifests only (cheap): the app's run list and ``workbench analyze`` of a root.
+    """
+    root = Path(root)
+    out = []
+    if not root.is_dir():
+        return out
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        has_manifest = (d / contract.MANIFEST).exists()
+        if not has_manifest and not trace_files(d):
+            continue
+        try:
+            m = read_manifest(d)
+        except TraceError as e:
+            m = {"status": "unreadable", "error": str(e)}
+        out.append({
+            "name": d.name,
+            "path": d,
+            "status": m.get("status", "bare" if not has_manifest else "unknown"),
+            "world_size": m.get("world_size") or len(trace_files(d)) or None,
+            "device": m.get("device_name"),
+            "start": m.get("start_utc"),
+            "command": m.get("command"),
+            "manifest": m,
+        })
+    out.sort(key=lambda r: r["start"] or "", reverse=True)
+    return out
