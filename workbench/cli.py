@@ -140,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("path", type=Path, help="run directory, trace directory or one trace file")
     an.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.analyze/1)")
     an.set_defaults(func=cmd_analyze)
+
+    # Commands owned by other modules register themselves here (each imports torch lazily).
+    from workbench.engine.cli import add_train_parser
+
+    add_train_parser(sub)
     return p
 
 

@@ -1,0 +1,1 @@
+"""The bundled instrumented training engine (imports torch; never plotly or streamlit)."""
