@@ -142,9 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     an.set_defaults(func=cmd_analyze)
 
     # Commands owned by other modules register themselves here (each imports torch lazily).
+    from workbench.compare import add_compare_parser
     from workbench.engine.cli import add_train_parser
+    from workbench.report import add_report_parser
 
     add_train_parser(sub)
+    add_compare_parser(sub)
+    add_report_parser(sub)
     return p
 
 
