@@ -1,12 +1,30 @@
 """workbench: profiling and diagnostics for distributed PyTorch training.
 
-The public API (pinned by tests/test_api.py). Importing workbench does not import torch.
+The public API (pinned by tests/test_api.py). Names load lazily: ``import workbench`` imports
+neither torch nor pandas, so ``workbench profile`` starts fast and runs where only torch is
+installed (a GPU box), and ``workbench analyze`` never pays for torch.
 """
 
-from workbench.errors import TraceError, WorkbenchError
-from workbench.load import Run, find_runs, load_run
-from workbench.verdict import Analysis, analyze_run
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
+_EXPORTS = {
+    "Analysis": "workbench.verdict",
+    "analyze_run": "workbench.verdict",
+    "Run": "workbench.load",
+    "find_runs": "workbench.load",
+    "load_run": "workbench.load",
+    "TraceError": "workbench.errors",
+    "WorkbenchError": "workbench.errors",
+}
+
 __all__ = ["Analysis", "Run", "TraceError", "WorkbenchError", "analyze_run", "find_runs", "load_run", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

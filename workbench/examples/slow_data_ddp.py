@@ -60,6 +60,9 @@ def main() -> None:
     p.add_argument("--sample-cost", type=int, default=1, help="CPU work per sample (128x128 matmuls)")
     p.add_argument("--sample-latency-ms", type=float, default=1.5, help="storage latency per sample (ms)")
     p.add_argument("--fail-at-step", type=int, default=-1, help="raise after this step (tests)")
+    p.add_argument("--hold-gib", type=float, default=0.0,
+                   help="keep this many GiB of extra tensors on the device, as a bigger model's state would "
+                        "(to reproduce memory pressure on a small example)")
     p.add_argument("--tb-trace-dir", default=None,
                    help="profile with torch.profiler.tensorboard_trace_handler into this directory, "
                         "as many users already do (no workbench involved)")
@@ -81,6 +84,7 @@ def main() -> None:
     if dist.is_initialized():
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    held = [torch.empty(int(args.hold_gib * 2**30) // 4, dtype=torch.float32, device=device).fill_(1.0)] if args.hold_gib else []
 
     ds = SlowDataset(n=args.batch_size * world * (args.steps + 2), dim=args.dim, cost=args.sample_cost,
                      latency_ms=args.sample_latency_ms)
@@ -114,6 +118,7 @@ def main() -> None:
 
     if prof is not None:
         prof.stop()
+    del held
     if dist.is_initialized():
         dist.destroy_process_group()
 
