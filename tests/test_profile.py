@@ -92,3 +92,20 @@ def test_help_has_examples():
     for cmd in ("profile", "analyze"):
         r = workbench(cmd, "--help")
         assert r.returncode == 0 and "examples:" in r.stdout
+
+
+def test_profile_inside_a_torchrun_job(tmp_path):
+    """`torchrun -m workbench profile script`: every rank captures itself; rank 0 keeps the manifest."""
+    from tests.conftest import run, _free_port
+    import sys
+
+    out = tmp_path / "under_torchrun"
+    r = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+             "-m", "workbench", "profile", "--out", str(out), "--no-analyze", str(EXAMPLE), "--steps", "7", "--sample-cost", "0"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("run written to") == 1
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok" and m["world_size"] == 2
+    for rank in (0, 1):
+        assert (out / f"rank{rank}.pt.trace.json.gz").exists()
+        assert len(pd.read_csv(out / f"steps_rank{rank}.csv")) == 7

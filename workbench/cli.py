@@ -39,10 +39,12 @@ def _console():
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from workbench.capture.launcher import parse_schedule, profile
+    from workbench.capture.launcher import already_a_rank, parse_schedule, profile
 
     schedule = parse_schedule(args.schedule)
     code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out, schedule=schedule)
+    if already_a_rank() and os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+        return code  # under torchrun/srun: rank 0 reports for the job
     con = _console()
     con.print(f"[bold]workbench[/]: run written to {run_dir} (exit code {code})")
     if args.no_analyze:

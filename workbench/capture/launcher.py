@@ -130,6 +130,8 @@ def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = 
     command = ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
 
     if already_a_rank():
+        if nproc > 1:
+            raise WorkbenchError("already one rank of a torchrun/srun job: drop --nproc-per-node (the launcher started the ranks)")
         # One process of a job someone else launched: capture here, rank 0 keeps the manifest.
         from workbench.capture.bootstrap import run_script
         from workbench.capture.session import dist_env
