@@ -8,9 +8,18 @@ import streamlit as st
 from workbench.ui import pages
 
 st.set_page_config(page_title="workbench", page_icon="⏱", layout="wide")
-nav = st.navigation([
-    st.Page(pages.overview_page, title="Overview", url_path="overview", default=True),
-    st.Page(pages.runs_page, title="Runs", url_path="runs"),
-    st.Page(pages.diagnoses_page, title="Diagnoses", url_path="diagnoses"),
-])
+nav = st.navigation({
+    "Run": [
+        st.Page(pages.overview_page, title="Overview", url_path="overview", default=True),
+        st.Page(pages.timeline_page, title="Timeline", url_path="timeline"),
+        st.Page(pages.utilisation_page, title="Utilisation", url_path="utilisation"),
+        st.Page(pages.communication_page, title="Communication", url_path="communication"),
+        st.Page(pages.memory_page, title="Memory", url_path="memory"),
+        st.Page(pages.diagnoses_page, title="Diagnoses", url_path="diagnoses"),
+    ],
+    "Runs": [
+        st.Page(pages.runs_page, title="Runs", url_path="runs"),
+        st.Page(pages.compare_page, title="Compare", url_path="compare"),
+    ],
+})
 nav.run()

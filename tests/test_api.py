@@ -30,3 +30,9 @@ def test_capture_does_not_import_plotting():
     mods = _modules_after("import workbench.capture.session, workbench.capture.launcher")
     assert "torch" in mods
     assert not {"plotly", "streamlit"} & mods
+
+
+def test_cli_start_up_imports_nothing_heavy():
+    """`workbench profile` must start on a GPU box that has torch but no plotly/pandas/streamlit."""
+    mods = _modules_after("import workbench.cli; workbench.cli.build_parser()")
+    assert not {"torch", "plotly", "streamlit", "pandas", "msgspec"} & mods

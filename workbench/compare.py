@@ -1,16 +1,154 @@
-"""``workbench compare A B``: did the fix work? (stub; being built for issue 4)."""
+"""``workbench compare A B``: did the fix work? Per-metric deltas, diagnoses resolved and new, and
+the measured speed-up next to what A's diagnoses estimated.
+
+``Comparison.to_json()`` is the stable ``workbench compare --json`` schema
+(``json_schema`` = ``workbench.compare/1``; keys are only ever added)::
+
+    {
+      "json_schema": "workbench.compare/1",
+      "a": {"path", "name", "verdict"}, "b": {"path", "name", "verdict"},
+      "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Analysis.metrics() of both
+      "speedup_measured": float|null,   # A step_ms / B step_ms (> 1: B is faster)
+      "resolved": [{"id", "severity", "title", "estimated_speedup_max", "within_estimate"}],
+                                        # in A at warning or above, absent or info in B
+      "new": [{"id", "severity", "title"}],   # in B at warning or above, not so in A
+      "persisting": [str]               # ids at warning or above in both
+    }
+``within_estimate``: the measured speed-up does not exceed the diagnosis's upper bound
+(``speedup_max``) by more than ``ESTIMATE_TOLERANCE`` (run-to-run noise); null without a bound.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON_SCHEMA = "workbench.compare/1"
+ESTIMATE_TOLERANCE = 0.05
+"""5 %: two profiled runs of the same configuration differ by a few percent in step time."""
+
+
+@dataclass(slots=True)
+class Comparison:
+    a: Any
+    b: Any
+    metrics: Any
+    """DataFrame: metric, a, b, delta (b − a), delta_pct (100 × delta / a)."""
+    resolved: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    persisting: list[str] = field(default_factory=list)
+    speedup_measured: float | None = None
+    estimates: dict[str, float | None] = field(default_factory=dict)
+    """Resolved id → A's estimated ``speedup_max``."""
+
+    def within_estimate(self, rule_id: str) -> bool | None:
+        est = self.estimates.get(rule_id)
+        if est is None or self.speedup_measured is None:
+            return None
+        return bool(self.speedup_measured <= est * (1 + ESTIMATE_TOLERANCE))
+
+    def to_json(self) -> dict[str, Any]:
+        def num(v):
+            return None if v is None or v != v else round(float(v), 4)
+
+        da = {d.id: d for d in self.a.diagnoses}
+        db = {d.id: d for d in self.b.diagnoses}
+        return {
+            "json_schema": JSON_SCHEMA,
+            "a": {"path": str(self.a.run.path), "name": self.a.run.name, "verdict": self.a.verdict},
+            "b": {"path": str(self.b.run.path), "name": self.b.run.name, "verdict": self.b.verdict},
+            "metrics": [{k: (v if k == "metric" else num(v)) for k, v in row.items()} for row in self.metrics.to_dict("records")],
+            "speedup_measured": num(self.speedup_measured),
+            "resolved": [{"id": i, "severity": da[i].severity, "title": da[i].title,
+                          "estimated_speedup_max": self.estimates.get(i), "within_estimate": self.within_estimate(i)}
+                         for i in self.resolved],
+            "new": [{"id": i, "severity": db[i].severity, "title": db[i].title} for i in self.new],
+            "persisting": list(self.persisting),
+        }
+
+
+def _serious(analysis) -> set[str]:
+    return {d.id for d in analysis.diagnoses if d.severity != "info"}
+
+
+def compare_runs(a, b) -> Comparison:
+    """Compare two :class:`workbench.verdict.Analysis` (A = before, B = after)."""
+    import pandas as pd
+
+    ma, mb = a.metrics(), b.metrics()
+    rows = []
+    for k in list(ma) + [k for k in mb if k not in ma]:
+        va, vb = ma.get(k), mb.get(k)
+        delta = vb - va if va is not None and vb is not None else None
+        pct = 100.0 * delta / va if delta is not None and va else None
+        rows.append({"metric": k, "a": va, "b": vb, "delta": delta, "delta_pct": pct})
+    metrics = pd.DataFrame(rows, columns=["metric", "a", "b", "delta", "delta_pct"])
+    sa, sb = _serious(a), _serious(b)
+    order_a = [d.id for d in a.diagnoses]
+    order_b = [d.id for d in b.diagnoses]
+    resolved = [i for i in order_a if i in sa and i not in sb]
+    new = [i for i in order_b if i in sb and i not in sa]
+    persisting = [i for i in order_a if i in sa and i in sb]
+    step_a, step_b = ma.get("step_ms"), mb.get("step_ms")
+    speedup = step_a / step_b if step_a and step_b else None
+    estimates = {d.id: d.estimated_gain.get("speedup_max") for d in a.diagnoses if d.id in resolved}
+    return Comparison(a=a, b=b, metrics=metrics, resolved=resolved, new=new, persisting=persisting,
+                      speedup_measured=speedup, estimates=estimates)
 
 
 def add_compare_parser(sub) -> None:
-    p = sub.add_parser("compare", help="per-metric deltas between two runs (not yet available)")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("compare", help="per-metric deltas between two runs: did the fix work?",
+                       description="Analyze runs A (before) and B (after) and print per-metric deltas, the "
+                                   "diagnoses B resolved or introduced, and the measured speed-up next to A's estimate.",
+                       epilog="examples:\n  workbench compare traces/ddp_slow_data traces/ddp_fixed_data\n"
+                              "  workbench compare A B --json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
+    p.add_argument("b", help="run B (after)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.compare/1)")
+    p.set_defaults(func=cmd_compare)
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    from workbench.errors import WorkbenchError
+def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.verdict import analyze_run
 
-    raise WorkbenchError("workbench compare is not built yet")
+    cmp = compare_runs(analyze_run(args.a), analyze_run(args.b))
+    if args.json:
+        json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
+    _print(cmp)
+    return 0
+
+
+def _print(cmp: Comparison) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(stderr=True, highlight=False)
+    t = Table(title=f"A = {cmp.a.run.name}   B = {cmp.b.run.name}", title_justify="left")
+    for c in ("metric", "A", "B", "Δ", "Δ%"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+
+    def f(v, fmt="{:.2f}"):
+        return "–" if v is None or v != v else fmt.format(v)
+
+    for row in cmp.metrics.to_dict("records"):
+        t.add_row(row["metric"], f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
+    con.print(t)
+    if cmp.speedup_measured is not None:
+        con.print(f"[bold]measured speed-up[/] (A step / B step): {cmp.speedup_measured:.2f}×")
+    for i in cmp.resolved:
+        est = cmp.estimates.get(i)
+        within = cmp.within_estimate(i)
+        note = "" if est is None else f" — A estimated up to {est}×" + ("" if within is None else (" (within)" if within else " (beyond the estimate)"))
+        con.print(f"[green]resolved[/] {i}{note}")
+    for i in cmp.new:
+        con.print(f"[red]new[/] {i}")
+    for i in cmp.persisting:
+        con.print(f"[yellow]still[/] {i}")
+    if not (cmp.resolved or cmp.new or cmp.persisting):
+        con.print("no warning-level diagnosis in either run")

@@ -1,14 +1,21 @@
 """Figures: one function per plot, frame → ``plotly.graph_objects.Figure``; never ``.show()``.
 
 Shared by the app, the CLI's HTML report and the case studies. No torch, no streamlit.
+Times on the x axes are milliseconds from the first profiled step unless a docstring says
+otherwise; memory is in GiB.
 """
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from workbench.analysis.steps import CATEGORIES
+from workbench.analysis.steps import CATEGORIES, COMM_KERNEL, CPU_COMM_OP, DATALOADER, PROFILER_STEP, comm_threads, main_thread
+from workbench.load.trace import Trace
 
 CATEGORY_COLOURS = {
     "compute": "#2ca02c",
@@ -18,6 +25,11 @@ CATEGORY_COLOURS = {
     "host": "#ff7f0e",
     "idle": "#c7c7c7",
 }
+LANE_COLOURS = {"step": "#7f7f7f", "dataloader": CATEGORY_COLOURS["dataloader"], "cpu ops": CATEGORY_COLOURS["host"],
+                "communication": CATEGORY_COLOURS["communication"], "gpu kernels": CATEGORY_COLOURS["compute"]}
+LANES = tuple(LANE_COLOURS)
+GIB = float(1 << 30)
+_MARGIN = dict(l=10, r=10, t=50, b=10)
 
 
 def step_breakdown_bar(per_rank: pd.DataFrame, title: str = "Where each step goes, per rank") -> go.Figure:
@@ -36,5 +48,303 @@ def step_breakdown_bar(per_rank: pd.DataFrame, title: str = "Where each step goe
             hovertemplate=f"{c}: %{{x:.1f}} ms (%{{customdata:.0f}}%)<extra>%{{y}}</extra>",
         )
     fig.update_layout(barmode="stack", title=title, xaxis_title="ms per step (mean)", yaxis_autorange="reversed",
-                      legend_orientation="h", legend_y=-0.25, height=max(220, 80 + 40 * len(labels)), margin=dict(l=10, r=10, t=50, b=10))
+                      legend=dict(orientation="h", traceorder="normal", y=1.0, yanchor="bottom", x=1.0, xanchor="right"),
+                      height=max(240, 110 + 40 * len(labels)), margin=dict(l=10, r=10, t=70, b=10))
+    return fig
+
+
+def step_time_lines(breakdown: pd.DataFrame, title: str = "Step time and its DataLoader share, per step") -> go.Figure:
+    """Step time (solid) and DataLoader wait (dotted) of every profiled step, one colour per rank.
+
+    ``breakdown``: analysis.steps.run_breakdown output (rank, step, step_ms, <category>_ms).
+    """
+    fig = go.Figure()
+    for rank, g in breakdown.groupby("rank", sort=True):
+        fig.add_scatter(x=g["step"], y=g["step_ms"], mode="lines+markers", name=f"rank {int(rank)} step",
+                        hovertemplate="step %{x}: %{y:.1f} ms<extra>rank " + str(int(rank)) + "</extra>")
+        if (g["dataloader_ms"] > 0).any():
+            fig.add_scatter(x=g["step"], y=g["dataloader_ms"], mode="lines+markers", line_dash="dot",
+                            name=f"rank {int(rank)} dataloader", marker_color=CATEGORY_COLOURS["dataloader"],
+                            hovertemplate="step %{x}: %{y:.1f} ms waiting on data<extra>rank " + str(int(rank)) + "</extra>")
+    fig.update_layout(title=title, xaxis_title="profiled step", yaxis_title="ms", yaxis_rangemode="tozero",
+                      height=320, margin=_MARGIN, legend_orientation="h", legend_y=-0.3)
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+# --- Timeline -------------------------------------------------------------------------------------
+
+def _name_mask(events: pd.DataFrame, pattern) -> np.ndarray:
+    """Regex over the category levels, not over every row: 10× cheaper on a million events."""
+    names = events["name"]
+    rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+    hit = np.fromiter((rx.search(str(c)) is not None for c in names.cat.categories), bool, len(names.cat.categories))
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, hit[codes], False)
+
+
+def _inside(ev: pd.DataFrame, container: np.ndarray) -> np.ndarray:
+    """Rows of ``ev`` that start inside one of the ``container`` rows' intervals (e.g. the collate
+    ops inside a DataLoader wait, which belong to the wait, not to the CPU-ops lane)."""
+    if not container.any():
+        return np.zeros(len(ev), bool)
+    cs = ev["ts_us"].to_numpy()[container]
+    ce = cs + ev["dur_us"].to_numpy()[container]
+    order = np.argsort(cs)
+    cs, ce = cs[order], np.maximum.accumulate(ce[order])
+    ts = ev["ts_us"].to_numpy()
+    i = np.searchsorted(cs, ts, side="right") - 1
+    return (i >= 0) & (ts < ce[np.maximum(i, 0)])
+
+
+def _segments(ev: pd.DataFrame, lo: float, hi: float, max_segments: int) -> pd.DataFrame:
+    """Union of the events' intervals within [lo, hi], with gaps below a threshold merged so that
+    at most ``max_segments`` remain. Columns: start_us, end_us, events, label (longest event)."""
+    cols = ["start_us", "end_us", "events", "label"]
+    if ev.empty:
+        return pd.DataFrame(columns=cols)
+    s = ev["ts_us"].to_numpy()
+    e = s + ev["dur_us"].to_numpy()
+    order = np.argsort(s, kind="stable")
+    s, e = np.clip(s[order], lo, hi), np.clip(e[order], lo, hi)
+    dur = ev["dur_us"].to_numpy()[order]
+    names = ev["name"].astype(str).to_numpy()[order] if len(ev) <= 4 * max_segments else None
+    gap = 0.0
+    while True:
+        prev_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
+        seg = np.cumsum(s > prev_end + gap) - 1
+        if seg[-1] + 1 <= max_segments:
+            break
+        gap = max(gap * 2, (hi - lo) / (4 * max_segments))
+    starts = pd.Series(s).groupby(seg).min()
+    ends = pd.Series(e).groupby(seg).max()
+    counts = pd.Series(seg).groupby(seg).size()
+    if names is None:  # name only the longest event of each segment: decode few strings
+        longest = pd.Series(dur).groupby(seg).idxmax().to_numpy()
+        label = ev["name"].to_numpy()[order][longest].astype(str)
+    else:
+        label = names[pd.Series(dur).groupby(seg).idxmax().to_numpy()]
+    return pd.DataFrame({"start_us": starts.to_numpy(), "end_us": ends.to_numpy(), "events": counts.to_numpy(), "label": label})
+
+
+def timeline_lanes(trace: Trace, windows: pd.DataFrame, rank: int, lo_us: float | None = None, hi_us: float | None = None,
+                   max_segments: int = 300) -> pd.DataFrame:
+    """The lanes of one rank's timeline, downsampled for drawing.
+
+    Lanes: ``step`` (profiler steps), ``dataloader`` (main thread in ``DataLoader.__next__``),
+    ``cpu ops`` (other main-thread work), ``communication`` (c10d ops, gloo threads, NCCL kernels),
+    ``gpu kernels`` (other device work). Nested events collapse into their outermost one and
+    events closer than (hi−lo)/(4·max_segments) merge, so a lane never holds more than
+    ``max_segments`` bars whatever the trace size. ``windows``: analysis.steps.step_windows.
+    Columns: rank, lane, start_us, end_us, events (merged), label.
+    """
+    ev = trace.events
+    lo = float(windows["start_us"].min()) if lo_us is None else float(lo_us)
+    hi = float(windows["end_us"].max()) if hi_us is None else float(hi_us)
+    ts = ev["ts_us"].to_numpy()
+    inside = (ts < hi) & (ts + ev["dur_us"].to_numpy() > lo)
+    ev = ev[inside]
+    main = main_thread(trace)
+    tid = ev["tid"].astype(str).to_numpy() if len(ev.index) < 50_000 else np.asarray(ev["tid"].astype(str))
+    is_gpu = ev["is_gpu"].to_numpy()
+    on_main = (tid == main) & ~is_gpu
+    is_step = _name_mask(ev, PROFILER_STEP.pattern)
+    is_dl = _name_mask(ev, DATALOADER.pattern)
+    is_comm = ((_name_mask(ev, CPU_COMM_OP.pattern) & on_main) | (np.isin(tid, list(comm_threads(trace))) & ~is_gpu)
+               | (_name_mask(ev, COMM_KERNEL) & is_gpu))
+    masks = {
+        "dataloader": on_main & is_dl,
+        "cpu ops": on_main & ~is_step & ~is_dl & ~is_comm & ~_inside(ev, on_main & is_dl),
+        "communication": is_comm,
+        "gpu kernels": is_gpu & ~is_comm,
+    }
+    frames = []
+    w = windows[(windows["end_us"] > lo) & (windows["start_us"] < hi)]
+    if not w.empty:
+        frames.append(pd.DataFrame({"lane": "step", "start_us": w["start_us"].clip(lo, hi).to_numpy(),
+                                    "end_us": w["end_us"].clip(lo, hi).to_numpy(), "events": 1,
+                                    "label": [f"step {int(s)}" for s in w["step"]]}))
+    for lane, m in masks.items():
+        seg = _segments(ev[m], lo, hi, max_segments)
+        if not seg.empty:
+            seg.insert(0, "lane", lane)
+            frames.append(seg)
+    cols = ["rank", "lane", "start_us", "end_us", "events", "label"]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(frames, ignore_index=True)
+    out.insert(0, "rank", int(rank))
+    return out[cols]
+
+
+def timeline(lanes: pd.DataFrame, t0_us: float, title: str = "Timeline: what each rank was doing") -> go.Figure:
+    """Horizontal bars on per-rank lanes; ``lanes``: timeline_lanes output of one or more ranks.
+    x = ms since ``t0_us`` (the trace clock)."""
+    fig = go.Figure()
+    rows = [f"rank {r} · {lane}" for r in sorted(lanes["rank"].unique()) for lane in LANES
+            if ((lanes["rank"] == r) & (lanes["lane"] == lane)).any()]
+    for lane in LANES:
+        d = lanes[lanes["lane"] == lane]
+        if d.empty:
+            continue
+        start_ms = (d["start_us"] - t0_us) / 1e3
+        dur_ms = (d["end_us"] - d["start_us"]) / 1e3
+        fig.add_bar(
+            name=lane, orientation="h", base=start_ms, x=dur_ms.clip(lower=1e-3),
+            y=[f"rank {r} · {lane}" for r in d["rank"]], marker_line_width=0,
+            marker_color=LANE_COLOURS[lane] if lane != "step" else ["#7f7f7f", "#b4b4b4"] * (len(d) // 2) + ["#7f7f7f"] * (len(d) % 2),
+            customdata=np.stack([d["label"].astype(str), d["events"].astype(int), dur_ms.round(3)], axis=1),
+            hovertemplate="%{customdata[0]}<br>%{customdata[2]} ms, %{customdata[1]} event(s)<br>at %{base:.1f} ms<extra>%{y}</extra>",
+        )
+    fig.update_layout(title=title, barmode="overlay", bargap=0.25, xaxis_title="ms since the first profiled step",
+                      yaxis=dict(categoryorder="array", categoryarray=rows, autorange="reversed"),
+                      height=max(260, 90 + 32 * len(rows)), margin=_MARGIN, legend_orientation="h", legend_y=-0.2)
+    return fig
+
+
+# --- Device samples -------------------------------------------------------------------------------
+
+NVML_PANELS = (("gpu_util_pct", "GPU utilisation (%)", 1.0), ("mem_used_bytes", "memory used (GiB)", 1 / GIB),
+               ("power_w", "power (W)", 1.0), ("sm_clock_mhz", "SM clock (MHz)", 1.0))
+CPU_PANELS = (("cpu_util_pct", "machine CPU (%)", 1.0), ("proc_cpu_pct", "rank process CPU (%, 100 = 1 core)", 1.0),
+              ("rss_bytes", "resident memory (GiB)", 1 / GIB))
+
+
+def utilisation(nvml: dict[int, pd.DataFrame], steps: dict[int, pd.DataFrame] | None = None,
+                title: str | None = None) -> go.Figure:
+    """Device samples over time, one panel per quantity, one line per rank; profiled steps shaded.
+
+    ``nvml``: rank → nvml_rank{r}.csv frame (contract.NVML_COLUMNS). NVML panels when
+    ``source == "nvml"``, else the CPU fallback (machine CPU, process CPU, RSS). ``steps``: rank →
+    steps_rank{r}.csv, to shade the profiled steps. x = seconds since the first sample.
+    """
+    frames = {r: f for r, f in nvml.items() if f is not None and not f.empty}
+    gpu = any((f["source"].astype(str) == "nvml").any() for f in frames.values())
+    panels = NVML_PANELS if gpu else CPU_PANELS
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[p[1] for p in panels])
+    t0 = min((float(f["ts_unix_s"].min()) for f in frames.values()), default=0.0)
+    for r, f in sorted(frames.items()):
+        f = f[f["source"].astype(str) == "nvml"] if gpu else f
+        for i, (col, label, scale) in enumerate(panels, start=1):
+            if col not in f or f[col].isna().all():
+                continue
+            fig.add_scatter(x=f["ts_unix_s"] - t0, y=pd.to_numeric(f[col], errors="coerce") * scale, mode="lines",
+                            name=f"rank {r}", legendgroup=f"rank {r}", showlegend=i == 1, row=i, col=1,
+                            hovertemplate=f"{label}: %{{y:.1f}} at %{{x:.2f}} s<extra>rank {r}</extra>")
+    for r, s in sorted((steps or {}).items()):
+        if s is None or s.empty or "profiled" not in s:
+            continue
+        prof = s[s["profiled"].fillna(0).astype(int) == 1]
+        if not prof.empty:
+            start = float(prof["start_unix_s"].min()) - t0
+            end = float((prof["start_unix_s"] + prof["step_ms"] / 1e3).max()) - t0
+            fig.add_vrect(x0=start, x1=end, fillcolor="#bbbbbb", opacity=0.2, line_width=0, row="all", col=1)
+            break
+    fig.update_xaxes(title_text="s since the first sample (shaded: profiled steps)", row=len(panels), col=1)
+    fig.update_layout(title=title or ("GPU samples (NVML)" if gpu else "CPU samples (no GPU: psutil fallback)"),
+                      height=170 * len(panels) + 80, margin=_MARGIN, legend_orientation="h", legend_y=-0.08)
+    return fig
+
+
+# --- Communication --------------------------------------------------------------------------------
+
+def collective_bytes_bar(inventory: pd.DataFrame, title: str = "Collective bytes per step") -> go.Figure:
+    """Bytes per step of each collective, one bar group per rank.
+
+    ``inventory``: analysis.comm.collective_inventory output with a ``rank`` column added.
+    """
+    fig = go.Figure()
+    inv = inventory.copy()
+    inv["key"] = inv["op"].astype(str) + " " + inv["dtype"].astype(str)
+    for key, g in inv.groupby("key", sort=True):
+        fig.add_bar(name=key, x=[f"rank {int(r)}" for r in g["rank"]], y=g["bytes_per_step"].astype(float) / 2**20,
+                    customdata=np.stack([g["calls_per_step"].astype(float), g["total_ms"].astype(float)], axis=1),
+                    hovertemplate=key + ": %{y:.2f} MiB/step, %{customdata[0]:.1f} calls/step, %{customdata[1]:.1f} ms total<extra>%{x}</extra>")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="MiB per step", height=320, margin=_MARGIN,
+                      legend_orientation="h", legend_y=-0.2)
+    return fig
+
+
+def comm_overlap_bar(overlap: pd.DataFrame, title: str = "Communication per step: overlapped vs exposed") -> go.Figure:
+    """Overlapped (hidden by compute) and exposed communication ms of every step, per rank.
+
+    ``overlap``: analysis.comm.comm_overlap output with a ``rank`` column added.
+    """
+    fig = go.Figure()
+    x = [f"r{int(r)} s{int(s)}" for r, s in zip(overlap["rank"], overlap["step"])]
+    fig.add_bar(name="overlapped", x=x, y=overlap["overlapped_ms"], marker_color="#aec7e8")
+    fig.add_bar(name="exposed", x=x, y=overlap["exposed_ms"], marker_color=CATEGORY_COLOURS["communication"],
+                customdata=overlap["exposed_pct"], hovertemplate="exposed %{y:.1f} ms (%{customdata:.0f}% of the step)<extra>%{x}</extra>")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="ms", xaxis_title="rank, step", height=320,
+                      margin=_MARGIN, legend_orientation="h", legend_y=-0.3)
+    return fig
+
+
+# --- Memory ---------------------------------------------------------------------------------------
+
+def memory_lines(memory: pd.DataFrame, capacity_bytes: int | None = None, t0_us: float = 0.0,
+                 title: str = "Memory over time", max_points: int = 4000) -> go.Figure:
+    """Allocated (solid) and reserved (dotted) memory per rank, capacity as a red line.
+
+    ``memory``: analysis.memory.memory_timeline output (ts_us, allocated_bytes, reserved_bytes,
+    device_type) with a ``rank`` column added. Each rank's series is decimated to ``max_points``
+    keeping each bucket's maximum (peaks survive downsampling).
+    """
+    fig = go.Figure()
+    for r, g in memory.groupby("rank", sort=True):
+        if len(g) > max_points:
+            bucket = np.arange(len(g)) * max_points // len(g)
+            g = g.iloc[g.reset_index(drop=True).groupby(bucket)["allocated_bytes"].idxmax().to_numpy()]
+        x = (g["ts_us"] - t0_us) / 1e3
+        fig.add_scatter(x=x, y=g["allocated_bytes"] / GIB, mode="lines", name=f"rank {int(r)} allocated",
+                        hovertemplate="%{y:.3f} GiB at %{x:.1f} ms<extra>rank " + str(int(r)) + " allocated</extra>")
+        if (g["reserved_bytes"] > 0).any():
+            fig.add_scatter(x=x, y=g["reserved_bytes"] / GIB, mode="lines", line_dash="dot", name=f"rank {int(r)} reserved")
+    if capacity_bytes:
+        fig.add_hline(y=capacity_bytes / GIB, line_color="red", line_dash="dash",
+                      annotation_text=f"capacity {capacity_bytes / GIB:.0f} GiB")
+    fig.update_layout(title=title, xaxis_title="ms since the first profiled step", yaxis_title="GiB", yaxis_rangemode="tozero",
+                      height=340, margin=_MARGIN, legend_orientation="h", legend_y=-0.25)
+    return fig
+
+
+def zero_what_if(table: pd.DataFrame, capacity_bytes: int | None = None,
+                 title: str = "ZeRO what-if: memory per GPU") -> go.Figure:
+    """Grouped bars of memory per GPU for each ZeRO stage at several data-parallel sizes.
+
+    ``table``: columns stage, dp, model_states_bytes, activations_bytes (one row each).
+    Model states stacked under measured activations; the device capacity as a red line.
+    """
+    fig = make_subplots(rows=1, cols=int(table["dp"].nunique()), shared_yaxes=True,
+                        subplot_titles=[f"N_d = {int(d)}" for d in sorted(table["dp"].unique())])
+    for i, (dp, g) in enumerate(table.groupby("dp", sort=True), start=1):
+        x = [f"stage {int(s)}" for s in g["stage"]]
+        fig.add_bar(x=x, y=g["model_states_bytes"] / GIB, name="model states", marker_color="#1f77b4",
+                    showlegend=i == 1, legendgroup="states", row=1, col=i,
+                    hovertemplate="model states %{y:.2f} GiB<extra>%{x}</extra>")
+        fig.add_bar(x=x, y=g["activations_bytes"] / GIB, name="activations (measured)", marker_color="#ff7f0e",
+                    showlegend=i == 1, legendgroup="act", row=1, col=i,
+                    hovertemplate="activations %{y:.2f} GiB<extra>%{x}</extra>")
+    if capacity_bytes:
+        fig.add_hline(y=capacity_bytes / GIB, line_color="red", line_dash="dash", annotation_text="capacity")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="GiB per GPU", height=360, margin=_MARGIN,
+                      legend_orientation="h", legend_y=-0.2)
+    return fig
+
+
+# --- Compare --------------------------------------------------------------------------------------
+
+def compare_bars(metrics: pd.DataFrame, title: str = "B vs A: change per metric (%)") -> go.Figure:
+    """Horizontal bars of ``delta_pct`` per metric. One colour: whether higher is better depends on
+    the metric (step time vs GPU busy), so the figure does not judge.
+
+    ``metrics``: workbench.compare Comparison.metrics (metric, a, b, delta, delta_pct).
+    """
+    m = metrics.dropna(subset=["delta_pct"])
+    fig = go.Figure(go.Bar(x=m["delta_pct"], y=m["metric"].astype(str), orientation="h", marker_color="#4c78a8",
+                           customdata=np.stack([m["a"].astype(float), m["b"].astype(float)], axis=1) if len(m) else None,
+                           hovertemplate="%{y}: %{x:+.1f}% (A %{customdata[0]:.2f} → B %{customdata[1]:.2f})<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="change B vs A (%)", yaxis_autorange="reversed",
+                      height=max(240, 60 + 28 * len(m)), margin=_MARGIN)
     return fig

@@ -1,16 +1,163 @@
-"""``workbench report RUN --html OUT.html`` (stub; being built for issue 7)."""
+"""``workbench report RUN --html OUT.html``: one self-contained HTML file with the app's figures.
+
+The page works offline: plotly's JavaScript is inlined once (in the first figure), the rest of
+the figures reuse it; no external script, style or font is referenced. Figures come from
+workbench.figures, the numbers from workbench.ui.summary, so the report shows what the app shows.
+"""
 
 from __future__ import annotations
 
 import argparse
+import html
+from datetime import datetime, timezone
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+EXAMPLE = """examples:
+  workbench report traces/ddp_slow_data --html slow.html
+  workbench report ./log/resnet --html resnet.html     # a tensorboard_trace_handler directory
+"""
+
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
+h1{margin-bottom:0}.sub{color:#666;margin-top:4px}.verdict{padding:12px 16px;border-radius:6px;font-weight:600}
+.critical{background:#fde2e2}.warning{background:#fff1d6}.ok{background:#e3f6e5}
+.kpis{display:flex;gap:24px;flex-wrap:wrap;margin:16px 0}.kpi{min-width:140px}.kpi b{display:block;font-size:1.5em}
+.diag{border:1px solid #ddd;border-radius:6px;padding:8px 16px;margin:8px 0}code{background:#f4f4f4;padding:1px 4px}
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"""
 
 
 def add_report_parser(sub) -> None:
-    p = sub.add_parser("report", help="a self-contained HTML report of a run (not yet available)")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("report", help="a self-contained HTML report of a run (works offline)",
+                       description="Write one HTML file with the verdict, the diagnoses and the app's figures "
+                                   "(plotly inlined: no network needed to open it).",
+                       epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", type=Path, metavar="RUN", help="run directory, trace directory or one trace file")
+    p.add_argument("--html", type=Path, required=True, metavar="OUT.html", help="where to write the report")
+    p.set_defaults(func=cmd_report)
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    from workbench.errors import WorkbenchError
+def cmd_report(args: argparse.Namespace) -> int:
+    out = write_report(args.path, args.html)
+    print(f"workbench: report written to {out}")
+    return 0
 
-    raise WorkbenchError("workbench report is not built yet")
+
+def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
+    import pandas as pd  # heavy imports stay out of the CLI's start-up (the parser is built on GPU boxes)
+
+    """(section, figure) pairs: the Overview, Timeline, Utilisation, Communication and Memory views."""
+    from workbench import figures as F
+    from workbench.analysis.steps import step_windows
+
+    run = analysis.run
+    out = [("Overview", F.step_breakdown_bar(analysis.per_rank)), ("Overview", F.step_time_lines(analysis.breakdown))]
+    windows = {r: step_windows(t) for r, t in run.traces.items()}
+    lanes = pd.concat([F.timeline_lanes(t, windows[r], r) for r, t in sorted(run.traces.items())[:4]], ignore_index=True)
+    t0 = min(float(w["start_us"].min()) for w in windows.values())
+    out.append(("Timeline", F.timeline(lanes, t0)))
+    nvml = {r: d.nvml for r, d in run.ranks.items() if d.nvml is not None and not d.nvml.empty}
+    if nvml:
+        out.append(("Utilisation", F.utilisation(nvml, {r: d.steps for r, d in run.ranks.items()})))
+    try:
+        from workbench.analysis.comm import collective_inventory, comm_overlap
+    except ImportError:
+        collective_inventory = comm_overlap = None
+    if collective_inventory is not None:
+        inv = pd.concat([collective_inventory(t, windows[r]).assign(rank=r) for r, t in run.traces.items()], ignore_index=True)
+        ov = pd.concat([comm_overlap(t, windows[r]).assign(rank=r) for r, t in run.traces.items()], ignore_index=True)
+        if not inv.empty:
+            out.append(("Communication", F.collective_bytes_bar(inv)))
+            out.append(("Communication", F.comm_overlap_bar(ov)))
+    try:
+        from workbench.analysis.memory import memory_timeline
+    except ImportError:
+        memory_timeline = None
+    if memory_timeline is not None:
+        frames = []
+        for r, t in sorted(run.traces.items()):
+            m = memory_timeline(t)
+            if not m.empty:
+                dev = 1 if (m["device_type"] == 1).any() else int(m["device_type"].iloc[0])
+                frames.append(m[m["device_type"] == dev].assign(rank=r))
+        if frames:
+            cap = run.device_memory_bytes if any((f["device_type"] == 1).any() for f in frames) else None
+            out.append(("Memory", F.memory_lines(pd.concat(frames, ignore_index=True), cap, t0)))
+    return out
+
+
+def render(analysis) -> str:
+    """The report's HTML text for an Analysis."""
+    from workbench.ui import summary
+
+    run = analysis.run
+    e = html.escape
+    h = summary.headline(analysis)
+    serious = [d for d in analysis.diagnoses if d.severity != "info"]
+    level = "ok" if not serious else serious[0].severity
+
+    def kpi(label: str, value: str) -> str:
+        return f'<div class="kpi">{e(label)}<b>{e(value)}</b></div>'
+
+    def fmt(v, unit, digits=1):
+        return "—" if v is None else f"{v:.{digits}f}{unit}"
+
+    peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
+    if h.peak_memory_bytes and h.capacity_bytes:
+        peak += f" of {h.capacity_bytes / 2**30:.0f} GiB"
+    parts = [
+        f"<h1>{e(run.name)}</h1>",
+        f'<p class="sub">{run.world_size} rank(s) · {e(run.device_name or "unknown device")} · '
+        f'status {e(str(run.manifest.get("status", "bare")))} · {e(str(run.manifest.get("start_utc") or ""))} · '
+        f'report {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC</p>',
+        f'<p class="verdict {level}">Verdict: {e(analysis.verdict)}</p>',
+        '<div class="kpis">' + kpi("Step time", fmt(h.step_ms, " ms"))
+        + kpi("GPU busy" if run.has_gpu else "CPU busy (no GPU)", fmt(h.gpu_busy_pct, "%", 0))
+        + kpi("MFU", fmt(h.mfu_pct, "%")) + kpi("Exposed comm", fmt(h.exposed_comm_pct, "%", 0))
+        + kpi(f"Peak memory ({h.memory_kind})", peak) + "</div>",
+        "<h2>Diagnoses</h2>",
+    ]
+    for w in run.warnings:
+        parts.append(f"<p>⚠ {e(w)}</p>")
+    diagnoses = summary.sorted_by_gain(analysis.diagnoses)
+    if not diagnoses:
+        parts.append("<p>No bottleneck found.</p>")
+    for d in diagnoses:
+        gain = d.estimated_gain or {}
+        rng = summary.time_range(analysis, d.ranks)
+        ev = "".join(f"<tr><th>{e(str(k))}</th><td>{e(str(v))}</td></tr>" for k, v in d.evidence.items())
+        parts.append(
+            f'<div class="diag" id="{e(d.id)}"><p><b><code>{e(d.id)}</code></b> · {e(d.severity)} — {e(d.title)}</p>'
+            f"<p><b>Fix:</b> {e(d.recommendation)}</p>"
+            + (f"<p>Estimated gain: up to {e(str(gain.get('speedup_max')))}× ({e(str(gain.get('formula', '')))}); "
+               f"toggles: {e(', '.join(d.fix))}</p>" if gain.get("speedup_max") else "")
+            + (f"<p>Where: ranks {e(', '.join(map(str, rng['ranks'])))}, profiled steps {rng['steps'][0]}–{rng['steps'][1]}</p>" if rng else "")
+            + f"<table>{ev}</table></div>")
+    section = None
+    for i, (name, fig) in enumerate(figures_for(analysis)):
+        if name != section:
+            parts.append(f"<h2>{e(name)}</h2>")
+            section = name
+        parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False,
+                                 config={"displaylogo": False}, default_width="100%"))
+    parts.append("<h2>Per rank</h2>" + summary.per_rank_table(analysis).to_html(index=False, border=0))
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>workbench report: {e(run.name)}</title>'
+            f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def write_report(path: Path | str, out: Path | str) -> Path:
+    """Analyze the run at ``path`` and write its report to ``out``; returns ``out``."""
+    from workbench.verdict import analyze_run
+
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise WorkbenchError(f"{out}: the report is HTML; give a file name ending in .html")
+    if out.parent and not out.parent.exists():
+        raise WorkbenchError(f"{out.parent}: no such directory")
+    text = render(analyze_run(path))
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise WorkbenchError(f"{out}: cannot write ({err.strerror or err})") from None
+    return out

@@ -14,9 +14,17 @@
       },
       "diagnoses": [{"id", "severity", "title", "evidence", "recommendation",
                      "estimated_gain", "fix", "ranks"}],
-      "verdict": str                    # one line
+      "verdict": str,                   # one line
+      "metrics": {name: float|null},    # added in issue 4; flat, the rows of `workbench compare`:
+          step_ms, <category>_pct, gpu_busy_pct (kernels, GPU runs) or compute_busy_pct (CPU),
+          exposed_comm_pct (min over ranks), comm_ms_per_step, peak_reserved_gib,
+          peak_allocated_gib, straggler_work_ratio, tokens_per_s (steps CSV, when written)
+      "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
+                       "calls_per_step", "bytes_per_step", "total_ms"}],   # added in issue 4
+      "clock": {rank: {"offset_us", "source"}}                          # added in issue 4
     }
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
+Keys are only ever added to this schema, never renamed or removed.
 """
 
 from __future__ import annotations
@@ -27,8 +35,14 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.analysis.steps import CATEGORIES, rank_summary, run_breakdown
-from workbench.diagnose import Diagnosis, diagnose
+import numpy as np
+
+from workbench.analysis.comm import collective_inventory, comm_overlap
+from workbench.analysis.kernels import device_busy
+from workbench.analysis.memory import GIB, memory_summary
+from workbench.analysis.skew import rank_skew
+from workbench.analysis.steps import CATEGORIES, rank_summary, run_breakdown, step_windows
+from workbench.diagnose import Context, Diagnosis, diagnose
 from workbench.errors import WorkbenchError
 from workbench.load import Run, load_run
 
@@ -41,6 +55,48 @@ class Analysis:
     breakdown: pd.DataFrame
     per_rank: pd.DataFrame
     diagnoses: list[Diagnosis] = field(default_factory=list)
+    context: Context | None = None
+    """The frames the rules read (traces, step windows, cached per-rank frames)."""
+
+    def collectives(self) -> pd.DataFrame:
+        """analysis.comm.collective_inventory of every rank, with a ``rank`` column."""
+        if self.context is None:
+            return pd.DataFrame()
+        frames = [self.context.frame("inventory", r, collective_inventory).assign(rank=r) for r in self.context.traces]
+        frames = [f for f in frames if not f.empty]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def metrics(self) -> dict[str, float | None]:
+        """Flat run-level numbers (the ``metrics`` JSON key and the rows of ``workbench compare``)."""
+        out: dict[str, float | None] = {"step_ms": float(self.breakdown["step_ms"].mean()) if not self.breakdown.empty else None}
+        for c, v in self.breakdown_pct().items():
+            out[f"{c}_pct"] = v
+        ctx = self.context
+        if ctx is None or not ctx.traces:
+            return out
+        busy = [ctx.frame("device_busy", r, device_busy) for r in ctx.traces]
+        busy_pct = float(np.mean([b["busy_pct"].mean() for b in busy if not b.empty])) if busy else None
+        out["gpu_busy_pct" if ctx.has_gpu else "compute_busy_pct"] = busy_pct
+        ov = [ctx.frame("comm_overlap", r, comm_overlap) for r in ctx.traces]
+        ov = [o for o in ov if not o.empty]
+        out["exposed_comm_pct"] = min(float(o["exposed_pct"].mean()) for o in ov) if ov else None
+        out["comm_ms_per_step"] = float(np.mean([o["comm_ms"].mean() for o in ov])) if ov else None
+        mem = [ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) for r in ctx.traces]
+        res = [m["peak_reserved_bytes"] for m in mem if m["peak_reserved_bytes"]]
+        alloc = [m["peak_allocated_bytes"] for m in mem if m["peak_allocated_bytes"]]
+        out["peak_reserved_gib"] = max(res) / GIB if res else None
+        out["peak_allocated_gib"] = max(alloc) / GIB if alloc else None
+        if self.breakdown["rank"].nunique() > 1:
+            sk = rank_skew(self.breakdown)
+            out["straggler_work_ratio"] = float(sk["work_ratio"].max())
+        tok = []
+        for df in ctx.steps.values():
+            if df is not None and "tokens" in df and df["tokens"].notna().any() and "step_ms" in df:
+                d = df.dropna(subset=["tokens"])
+                tok.append(float(d["tokens"].sum() / (d["step_ms"].sum() / 1e3)))
+        if tok:
+            out["tokens_per_s"] = float(sum(tok))
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
     @property
     def verdict(self) -> str:
@@ -81,6 +137,12 @@ class Analysis:
             },
             "diagnoses": [d.to_dict() for d in self.diagnoses],
             "verdict": self.verdict,
+            "metrics": self.metrics(),
+            "collectives": [
+                {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+                for row in self.collectives().to_dict("records")
+            ],
+            "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.traces.items()},
         }
 
 
@@ -91,4 +153,9 @@ def analyze_run(path: Path | str | Run, progress=None) -> Analysis:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
     breakdown = run_breakdown(traces)
     per_rank = rank_summary(breakdown)
-    return Analysis(run=run, breakdown=breakdown, per_rank=per_rank, diagnoses=diagnose(breakdown, run.manifest.get("config")))
+    config = run.manifest.get("config")
+    ctx = Context(breakdown=breakdown, run_config=config, traces=traces,
+                  windows={r: step_windows(t) for r, t in traces.items()},
+                  steps={r: d.steps for r, d in run.ranks.items()},
+                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size)
+    return Analysis(run=run, breakdown=breakdown, per_rank=per_rank, diagnoses=diagnose(breakdown, config, ctx), context=ctx)

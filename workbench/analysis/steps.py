@@ -24,7 +24,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.intervals import exclusive_lengths
+from workbench.analysis.intervals import cat_mask, exclusive_lengths
 from workbench.load.trace import Trace
 
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -40,10 +40,11 @@ MEMCPY_CATS = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
 def main_thread(trace: Trace) -> str | None:
     """The training loop's thread: the one holding ProfilerStep annotations, else the busiest."""
     ev = trace.events
-    cpu = ev[~ev["is_gpu"]]
+    keep = ~ev["is_gpu"].to_numpy() & cat_mask(ev["cat"], lambda c: c != "gpu_user_annotation")
+    cpu = ev[keep]
     if cpu.empty:
         return None
-    steps = cpu[cpu["name"].astype(str).str.match(PROFILER_STEP.pattern)]
+    steps = ev[keep & cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))]
     if not steps.empty:
         return str(steps["tid"].iloc[0])
     busy = cpu.groupby("tid", observed=True)["dur_us"].sum()
@@ -54,19 +55,19 @@ def comm_threads(trace: Trace) -> set[str]:
     """CPU threads that run collectives in the background (gloo's runloop threads)."""
     named = {tid for tid, name in trace.threads.items() if "gloo" in name.lower() or "nccl" in name.lower()}
     ev = trace.events
-    gloo = ev[(~ev["is_gpu"]) & ev["name"].astype(str).str.startswith("gloo:")]
+    gloo = ev[(~ev["is_gpu"]).to_numpy() & cat_mask(ev["name"], lambda c: c.str.startswith("gloo:"))]
     return named | set(gloo["tid"].astype(str).unique())
 
 
 def step_windows(trace: Trace) -> pd.DataFrame:
     """Columns: step (int), start_us, end_us. The whole trace is one step (-1) if none is marked."""
     ev = trace.events
-    names = ev["name"].astype(str)
-    m = names.str.extract(PROFILER_STEP.pattern, expand=False)
-    marked = ev[m.notna() & ~ev["is_gpu"]]
+    # the GPU copy of the annotation (cat gpu_user_annotation) spans the kernels, not the step
+    marked = ev[cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern)) & ~ev["is_gpu"].to_numpy()
+                & cat_mask(ev["cat"], lambda c: c != "gpu_user_annotation")]
     if not marked.empty:
         return pd.DataFrame({
-            "step": m[marked.index].astype(int).to_numpy(),
+            "step": marked["name"].astype(str).str.extract(PROFILER_STEP.pattern, expand=False).astype(int).to_numpy(),
             "start_us": marked["ts_us"].to_numpy(),
             "end_us": (marked["ts_us"] + marked["dur_us"]).to_numpy(),
         }).sort_values("step", ignore_index=True)
@@ -81,24 +82,24 @@ def _iv(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def category_layers(trace: Trace) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
     """The ordered (category, intervals) layers of the breakdown for this trace."""
     ev = trace.events
-    names = ev["name"].astype(str)
     main = main_thread(trace)
-    on_main = (ev["tid"].astype(str) == main) & ~ev["is_gpu"]
-    not_step = ~names.str.match(PROFILER_STEP.pattern)
-    dataloader = ev[on_main & names.str.match(DATALOADER.pattern)]
+    on_main = cat_mask(ev["tid"], lambda c: c == main) & ~ev["is_gpu"].to_numpy()
+    not_step = ~cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))
+    dataloader = ev[on_main & cat_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))]
     if ev["is_gpu"].any():
-        gpu = ev[ev["is_gpu"]]
-        gnames = gpu["name"].astype(str)
-        is_copy = gpu["cat"].astype(str).isin(MEMCPY_CATS)
-        is_comm = gnames.str.contains(COMM_KERNEL) & ~is_copy
+        is_gpu = ev["is_gpu"].to_numpy()
+        gpu = ev[is_gpu]
+        is_copy = cat_mask(ev["cat"], lambda c: c.isin(MEMCPY_CATS))[is_gpu]
+        is_comm = cat_mask(ev["name"], lambda c: c.str.contains(COMM_KERNEL))[is_gpu] & ~is_copy
         host = ev[on_main & not_step]
         return (
             ["compute", "communication", "memcpy", "dataloader", "host"],
             [_iv(gpu[~is_comm & ~is_copy]), _iv(gpu[is_comm]), _iv(gpu[is_copy]), _iv(dataloader), _iv(host)],
         )
-    comm_main = ev[on_main & names.str.match(CPU_COMM_OP.pattern)]
+    comm_main = ev[on_main & cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))]
     compute = ev[on_main & not_step]
-    bg = ev[ev["tid"].astype(str).isin(comm_threads(trace)) & ~ev["is_gpu"]]
+    threads = comm_threads(trace)
+    bg = ev[cat_mask(ev["tid"], lambda c: c.isin(threads)) & ~ev["is_gpu"].to_numpy()]
     return (
         ["dataloader", "communication", "compute", "communication"],
         [_iv(dataloader), _iv(comm_main), _iv(compute), _iv(bg)],

@@ -52,4 +52,50 @@ def severity_for(value: float, bands: tuple[tuple[float, str], ...]) -> str | No
     return found
 
 
+@dataclass(kw_only=True)
+class Context:
+    """Everything a rule may read, built once per run (``workbench.verdict.analyze_run``).
+
+    Frames the rules share are computed on first use and cached in ``cache``, so a rule that
+    does not apply (no GPU, one rank) costs nothing.
+    """
+
+    breakdown: Any
+    """analysis.steps.run_breakdown (BREAKDOWN_COLUMNS)."""
+    run_config: dict | None = None
+    traces: dict = field(default_factory=dict)
+    """rank → workbench.load.Trace."""
+    windows: dict = field(default_factory=dict)
+    """rank → analysis.steps.step_windows."""
+    steps: dict = field(default_factory=dict)
+    """rank → steps_rank{r}.csv frame (contract.STEP_COLUMNS) or None."""
+    capacity_bytes: int | None = None
+    world_size: int = 1
+    cache: dict = field(default_factory=dict)
+
+    def frame(self, key: str, rank: int, fn: Callable):
+        """``fn(trace, windows)`` for ``rank``, computed once."""
+        k = (key, rank)
+        if k not in self.cache:
+            self.cache[k] = fn(self.traces[rank], self.windows[rank])
+        return self.cache[k]
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(bool(t.events["is_gpu"].any()) for t in self.traces.values())
+
+    def step_ms(self) -> float:
+        return float(self.breakdown["step_ms"].mean()) if len(self.breakdown) else 0.0
+
+
+def speedup(step_ms: float, saved_ms: float) -> float:
+    """Upper-bound speed-up when ``saved_ms`` of each ``step_ms`` step disappears."""
+    return round(step_ms / max(step_ms - saved_ms, 1e-9), 2) if step_ms > 0 else 1.0
+
+
+def gain(step_ms: float, saved_ms: float, formula: str) -> dict[str, Any]:
+    return {"step_time_saved_pct": round(100.0 * saved_ms / step_ms, 1) if step_ms > 0 else 0.0,
+            "speedup_max": speedup(step_ms, saved_ms), "formula": formula}
+
+
 Rule = Callable[..., "Diagnosis | None"]

@@ -157,9 +157,37 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
             if wanted is None or r in wanted:
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).nvml = _read_csv(f)
     run.ranks = dict(sorted(run.ranks.items()))
+    align_clocks(run.traces)
     if manifest.get("status") == contract.STATUS_FAILED:
         run.warnings.append(f"the run failed: {manifest.get('error') or 'exit code ' + str(manifest.get('exit_code'))}")
     return run
+
+
+def align_clocks(traces: dict[int, Trace]) -> None:
+    """Put every rank's trace on one clock by setting ``Trace.clock_offset_us`` (in place).
+
+    Kineto writes ``baseTimeNanoseconds`` (the Unix time of the trace clock's zero); with it,
+    ``ts_us + clock_offset_us`` is Unix time in µs on every rank, as good as the hosts' clocks
+    (NTP: well under a millisecond on one host). Ranks whose trace lacks it are aligned on their
+    first ``ProfilerStep#N`` annotation to the reference rank (the lowest rank with a base time,
+    else the lowest rank): the schedule starts recording at the same optimizer step everywhere,
+    and synchronous training ends each step within a collective of the other ranks, so the step
+    starts agree to about one collective's skew. A rank with neither keeps offset 0 (``none``).
+    """
+    if not traces:
+        return
+    with_base = [r for r, t in sorted(traces.items()) if t.base_time_ns]
+    ref_rank = with_base[0] if with_base else min(traces)
+    ref = traces[ref_rank]
+    ref_offset = ref.base_time_ns / 1e3 if ref.base_time_ns else 0.0
+    for r, t in traces.items():
+        if t.base_time_ns:
+            t.clock_offset_us, t.clock_source = t.base_time_ns / 1e3, "baseTimeNanoseconds"
+        elif t.first_step and ref.first_step and t.first_step[0] == ref.first_step[0]:
+            t.clock_offset_us = ref.first_step[1] + ref_offset - t.first_step[1]
+            t.clock_source = "first_step" if r != ref_rank else "none"
+        else:
+            t.clock_offset_us, t.clock_source = 0.0, "none"
 
 
 def find_runs(root: Path | str) -> list[dict[str, Any]]:

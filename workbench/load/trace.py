@@ -10,12 +10,12 @@ Tables (pandas DataFrames), one set per rank:
 ``events``  one row per complete ("X") event, sorted by ts:
     name (category), cat (category), ts_us (float64, trace clock), dur_us (float64),
     tid (category; the CPU thread, or the GPU stream for device events), stream (int64; -1 on CPU),
-    is_gpu (bool)
+    is_gpu (bool), bytes (int64; bytes moved by GPU memcpy/memset events, else 0)
 ``memory``  one row per ``[memory]`` instant event: ts_us, allocated_bytes, reserved_bytes, device_type
             (0 CPU, 1 CUDA)
 ``comms``   one row per collective (``record_param_comms``, ``c10d::*``, ``nccl:*``, NCCL kernels):
             ts_us, dur_us, name, collective, in_nelems, out_nelems, dtype, group_size, pg_name,
-            input_dims, is_gpu
+            input_dims, is_gpu, tid
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ class _Trace(msgspec.Struct, gc=False):
 class _GpuArgs(msgspec.Struct, gc=False):
     stream: int = -1
     device: int = -1
+    bytes: int = 0
 
 
 class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated", "reserved": "Total Reserved", "device_type": "Device Type"}):
-    allocated: int = 0
-    reserved: int = 0
+    allocated: int | float = 0
+    reserved: int | float = 0
     device_type: int = 0
 
 
@@ -93,6 +94,14 @@ class Trace:
     """tid → thread name, from the trace's metadata events."""
     base_time_ns: int | None = None
     """Unix time (ns) of the trace clock's zero, when the trace says (`baseTimeNanoseconds`)."""
+    first_step: tuple[int, float] | None = None
+    """(N, ts_us) of the earliest ``ProfilerStep#N`` annotation, for clock alignment."""
+    clock_offset_us: float = 0.0
+    """Add to ``ts_us`` to put this rank on the run's common clock (set by ``load_run``, see
+    :func:`workbench.load.run.align_clocks`): with ``baseTimeNanoseconds`` the common clock is
+    Unix time in µs; otherwise it is the reference rank's trace clock."""
+    clock_source: str = "none"
+    """How ``clock_offset_us`` was found: ``baseTimeNanoseconds``, ``first_step`` or ``none``."""
 
 
 def read_bytes(path: Path) -> bytes:
@@ -156,7 +165,7 @@ def read_trace(path: Path | str) -> Trace:
             complete.append(e)
         elif ph == "i" and e.name == "[memory]":
             a = _MEM_DECODER.decode(e.args) if e.args else _MemArgs()
-            mem_rows.append((e.ts, a.allocated, a.reserved, a.device_type))
+            mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
         elif ph == "M" and e.name == "thread_name" and e.args:
             threads[str(e.tid)] = str(_ARGS_DECODER.decode(e.args).get("name", ""))
     if not complete:
@@ -164,10 +173,13 @@ def read_trace(path: Path | str) -> Trace:
 
     is_gpu = np.fromiter((e.cat in GPU_CATS for e in complete), bool, len(complete))
     stream = np.full(len(complete), -1, dtype=np.int64)
+    nbytes = np.zeros(len(complete), dtype=np.int64)
     for i in np.flatnonzero(is_gpu):
         a = complete[i].args
         if a:
-            stream[i] = _GPU_DECODER.decode(a).stream
+            g = _GPU_DECODER.decode(a)
+            stream[i] = g.stream
+            nbytes[i] = g.bytes
     events = pd.DataFrame(
         {
             "name": pd.Categorical([e.name for e in complete]),
@@ -177,6 +189,7 @@ def read_trace(path: Path | str) -> Trace:
             "tid": pd.Categorical([str(e.tid) for e in complete]),
             "stream": stream,
             "is_gpu": is_gpu,
+            "bytes": nbytes,
         }
     )
     gpu_tid = events["is_gpu"] & (events["stream"] >= 0)
@@ -190,6 +203,14 @@ def read_trace(path: Path | str) -> Trace:
     comms = _comm_table(complete)
     memory = pd.DataFrame(mem_rows, columns=["ts_us", "allocated_bytes", "reserved_bytes", "device_type"])
     dist = doc.distributedInfo or {}
+    first_step = None
+    cats = events["name"].cat.categories
+    step_cats = [c for c in cats if c.startswith("ProfilerStep#") and c[13:].isdigit()]
+    if step_cats:
+        marked = events[events["name"].isin(step_cats) & ~events["is_gpu"]]
+        if not marked.empty:
+            first = marked.iloc[0]  # events are sorted by ts
+            first_step = (int(str(first["name"])[13:]), float(first["ts_us"]))
     return Trace(
         path=path,
         rank=dist.get("rank"),
@@ -201,10 +222,11 @@ def read_trace(path: Path | str) -> Trace:
         devices=list(doc.deviceProperties or []),
         threads=threads,
         base_time_ns=doc.baseTimeNanoseconds,
+        first_step=first_step,
     )
 
 
-_COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu"]
+_COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu", "tid"]
 
 
 def _comm_table(complete: list[_Event]) -> pd.DataFrame:
@@ -226,6 +248,7 @@ def _comm_table(complete: list[_Event]) -> pd.DataFrame:
                 a.get("Process Group Name"),
                 str(a.get("Input Dims")) if a.get("Input Dims") is not None else None,
                 e.cat in GPU_CATS,
+                str(e.tid),
             )
         )
     return pd.DataFrame(rows, columns=_COMM_COLUMNS).sort_values("ts_us", ignore_index=True)

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
+from workbench.analysis.steps import step_windows
 from workbench.errors import WorkbenchError
+from workbench.figures import timeline_lanes
 from workbench.load import find_runs
 from workbench.verdict import Analysis, analyze_run
+
+# Verdicts of the runs analysed in this server process, for the Runs page (which never analyses
+# a large run just to fill a table cell).
+_VERDICTS: dict[tuple[str, float], str] = {}
 
 
 def traces_root() -> Path:
@@ -22,7 +30,7 @@ def traces_root() -> Path:
     return Path(args.traces or os.environ.get("WORKBENCH_TRACES") or "traces")
 
 
-def _mtime(path: Path) -> float:
+def mtime(path: Path) -> float:
     return max((f.stat().st_mtime for f in path.iterdir()), default=0.0) if path.is_dir() else 0.0
 
 
@@ -35,10 +43,49 @@ def analysis_for(path: Path) -> Analysis | None:
     """The analysis of one run, cached until a file in it changes; shows errors as one line."""
     try:
         with st.spinner(f"Analyzing {path.name}…"):
-            return _analysis(str(path), _mtime(path))
+            key = (str(path), mtime(path))
+            a = _analysis(*key)
+            _VERDICTS[key] = a.verdict
+            return a
     except WorkbenchError as e:
         st.error(str(e))
         return None
+
+
+def known_verdict(path: Path) -> str | None:
+    return _VERDICTS.get((str(path), mtime(path)))
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _windows(path: str, mtime: float, rank: int) -> pd.DataFrame:
+    return step_windows(_analysis(path, mtime).run.traces[rank])
+
+
+def windows_for(path: Path, rank: int) -> pd.DataFrame:
+    """analysis.steps.step_windows of one rank, cached with the run."""
+    return _windows(str(path), mtime(path), rank)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _lanes(path: str, mtime: float, rank: int, lo: float | None, hi: float | None, max_segments: int) -> pd.DataFrame:
+    trace = _analysis(path, mtime).run.traces[rank]
+    return timeline_lanes(trace, _windows(path, mtime, rank), rank, lo, hi, max_segments)
+
+
+def lanes_for(path: Path, rank: int, lo: float | None, hi: float | None, max_segments: int) -> pd.DataFrame:
+    """figures.timeline_lanes of one rank (downsampled), cached per zoom window."""
+    return _lanes(str(path), mtime(path), rank, lo, hi, max_segments)
+
+
+def library(module: str, *names: str):
+    """Functions from the analysis layer, or None (with an st.info) while they do not exist yet."""
+    try:
+        mod = importlib.import_module(module)
+        found = [getattr(mod, n) for n in names]
+    except (ImportError, AttributeError):
+        st.info(f"This view needs `{module}` ({', '.join(names)}), which this installation does not have yet.")
+        return None
+    return found[0] if len(found) == 1 else found
 
 
 def runs() -> list[dict]:
@@ -57,3 +104,11 @@ def selected_run() -> Path | None:
     name = st.sidebar.selectbox("Run", names, index=index, key="run")
     st.query_params["run"] = name
     return next(r["path"] for r in all_runs if r["name"] == name)
+
+
+def selected_analysis() -> tuple[Path | None, Analysis | None]:
+    """The sidebar's run and its analysis (None, None when there is no run)."""
+    path = selected_run()
+    if path is None:
+        return None, None
+    return path, analysis_for(path)

@@ -1,0 +1,49 @@
+"""``workbench report RUN --html OUT.html``: one offline HTML file with the app's figures."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from tests.conftest import TRACES, workbench
+
+
+def test_report_is_self_contained_with_figures_and_diagnoses(tmp_path):
+    out = tmp_path / "slow.html"
+    r = workbench("report", TRACES / "ddp_slow_data", "--html", out, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    # plotly's JS inlined exactly once, no external script/style/font
+    assert len(re.findall(r"<script[^>]*\bsrc\s*=", text)) == 0
+    assert not re.search(r"<link[^>]+href=\"https?:", text)
+    assert text.count("Plotly.newPlot") >= 5 and text.count("plotly.js v") == 1
+    assert "Verdict: dataloader_stall" in text and 'id="dataloader_stall"' in text
+    titles = set(re.findall(r'"title":\{"text":"([^"]+)"', text))
+    assert {"Where each step goes, per rank", "Timeline: what each rank was doing", "Collective bytes per step",
+            "Memory over time"} <= titles
+    assert any(t.startswith("CPU samples") for t in titles)
+
+
+def test_report_errors_are_one_line(tmp_path):
+    r = workbench("report", tmp_path / "nope", "--html", tmp_path / "x.html", timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no such run" in r.stderr
+    r = workbench("report", TRACES / "ddp_slow_data", "--html", tmp_path / "x.pdf", timeout=120)
+    assert r.returncode == 2 and "ending in .html" in r.stderr
+    assert not (tmp_path / "x.pdf").exists()
+
+
+def test_report_help_has_an_example():
+    r = workbench("report", "--help", timeout=60)
+    assert r.returncode == 0 and "workbench report traces/ddp_slow_data --html" in r.stdout
+
+
+def test_fixed_run_report_matches_the_analysis(tmp_path):
+    from workbench.verdict import analyze_run
+
+    out = tmp_path / "fixed.html"
+    assert workbench("report", TRACES / "ddp_fixed_data", "--html", out, timeout=120).returncode == 0
+    text = out.read_text()
+    expected = analyze_run(TRACES / "ddp_fixed_data")
+    assert 'id="dataloader_stall"' not in text
+    assert all(f'id="{d.id}"' in text for d in expected.diagnoses)
+    assert html.escape(expected.verdict) in text

@@ -1,0 +1,110 @@
+"""``oom_risk`` and ``memory_fragmentation``: device memory against its capacity and its use.
+
+``oom_risk`` signal: per rank, the peak of the caching allocator's reserved (or allocated)
+bytes from the trace's ``[memory]`` events (analysis.memory.memory_summary) over device
+capacity (manifest / ``deviceProperties.totalGlobalMem``); and the growth of each step's lowest
+allocated bytes (a leak). Thresholds (peak share of capacity): info ≥ 75 %, warning ≥ 85 %,
+critical ≥ 95 %. The PyTorch TensorBoard plugin warned above 90 %; we warn 5 points earlier
+because the peak of a profiled step is not the peak of every step (longer sequences, the
+allocator's rounding, a checkpoint's buffers). Growth: warning when the headroom would be
+used up within ``GROWTH_HORIZON_STEPS`` steps at the measured slope (and the slope is at least
+``MIN_GROWTH_BYTES_PER_STEP``). The ZeRO paper's model-state estimate (analysis.memory.
+zero_model_states_bytes) is added as evidence when the run config states ``n_params``.
+Estimated gain: none in time; the gain is headroom (reported in GiB).
+
+``memory_fragmentation`` signal: reserved bytes the program never used — peak reserved minus
+peak allocated, share of peak reserved (the caching allocator holds segments it cannot reuse
+for the sizes now asked for). Thresholds: info ≥ 10 %, warning ≥ 15 %, critical ≥ 30 %, and at
+least ``MIN_STRANDED_GIB`` (our bands: a healthy eager step strands ~1 % — traces/gpu_fixed_data
+1.2 %, gpu_memory_heavy 0.1 %). Gain: the stranded bytes as headroom.
+"""
+
+from __future__ import annotations
+
+from workbench.analysis.memory import GIB, memory_summary, zero_model_states_bytes
+from workbench.diagnose.base import Context, Diagnosis, severity_for
+
+OOM_BANDS = ((75.0, "info"), (85.0, "warning"), (95.0, "critical"))
+GROWTH_HORIZON_STEPS = 1000
+MIN_GROWTH_BYTES_PER_STEP = 1 << 20
+FRAG_BANDS = ((10.0, "info"), (15.0, "warning"), (30.0, "critical"))
+MIN_STRANDED_GIB = 1.0
+
+
+def _summaries(ctx: Context) -> dict[int, dict]:
+    return {r: ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) for r in ctx.traces}
+
+
+def oom_risk(ctx: Context) -> Diagnosis | None:
+    if not ctx.capacity_bytes:
+        return None
+    sums = {r: s for r, s in _summaries(ctx).items() if s["peak_reserved_pct"] is not None}
+    if not sums:
+        return None
+    worst = max(sums, key=lambda r: sums[r]["peak_reserved_pct"])
+    s = sums[worst]
+    pct, headroom = s["peak_reserved_pct"], s["headroom_gib"]
+    severity = severity_for(pct, OOM_BANDS)
+    growth = s["growth_bytes_per_step"]
+    steps_left = None
+    if growth >= MIN_GROWTH_BYTES_PER_STEP:
+        steps_left = max(headroom, 0) * GIB / growth
+        if steps_left < GROWTH_HORIZON_STEPS and severity != "critical":
+            severity = "warning"
+    if severity is None:
+        return None
+    evidence = {"peak_reserved_pct": round(pct, 2), "headroom_gib": round(headroom, 2),
+                "peak_allocated_gib": round(s["peak_allocated_bytes"] / GIB, 3),
+                "peak_reserved_gib": round(s["peak_reserved_bytes"] / GIB, 3),
+                "capacity_gib": round(ctx.capacity_bytes / GIB, 2), "rank": int(worst),
+                "growth_mib_per_step": round(growth / (1 << 20), 3),
+                "steps_until_full_at_growth": None if steps_left is None else int(steps_left),
+                "per_rank_peak_pct": {int(r): round(v["peak_reserved_pct"], 2) for r, v in sums.items()},
+                "source": "[memory] events (Total Reserved / Total Allocated, CUDA) vs device capacity"}
+    n_params = (ctx.run_config or {}).get("n_params") or (ctx.run_config or {}).get("model", {}).get("n_params")
+    if n_params:
+        evidence["zero_model_states_gib"] = {f"stage{k}": round(zero_model_states_bytes(int(n_params), ctx.world_size, k) / GIB, 3)
+                                             for k in range(4)}
+    return Diagnosis(
+        id="oom_risk", severity=severity,
+        title=f"peak device memory {pct:.0f}% of capacity: {headroom:.1f} GiB headroom",
+        evidence=evidence,
+        recommendation=("make room before the next longer batch fails: smaller micro-batch with gradient "
+                        "accumulation, activation checkpointing, a higher ZeRO stage (shard optimizer states, "
+                        "gradients, parameters) or CPU offload"),
+        estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None, "headroom_gib": round(headroom, 2),
+                        "formula": "headroom = capacity - peak reserved (no time gain; the gain is not crashing)"},
+        fix=["train.micro_batch_size", "train.activation_checkpointing", "parallel.zero_stage", "parallel.offload"],
+        ranks=[int(r) for r, v in sums.items() if v["peak_reserved_pct"] >= OOM_BANDS[0][0]] or [int(worst)],
+    )
+
+
+def memory_fragmentation(ctx: Context) -> Diagnosis | None:
+    sums = {r: s for r, s in _summaries(ctx).items() if s["peak_reserved_bytes"]}
+    if not sums:
+        return None
+
+    def stranded(s):
+        return max(s["peak_reserved_bytes"] - s["peak_allocated_bytes"], 0)
+
+    worst = max(sums, key=lambda r: stranded(sums[r]))
+    s = sums[worst]
+    gib = stranded(s) / GIB
+    pct = 100.0 * stranded(s) / s["peak_reserved_bytes"]
+    severity = severity_for(pct, FRAG_BANDS)
+    if severity is None or gib < MIN_STRANDED_GIB:
+        return None
+    return Diagnosis(
+        id="memory_fragmentation", severity=severity,
+        title=f"{gib:.1f} GiB reserved but never allocated ({pct:.0f}% of peak reserved)",
+        evidence={"stranded_gib": round(gib, 3), "stranded_pct": round(pct, 2),
+                  "peak_reserved_gib": round(s["peak_reserved_bytes"] / GIB, 3),
+                  "peak_allocated_gib": round(s["peak_allocated_bytes"] / GIB, 3), "rank": int(worst),
+                  "source": "[memory] events: peak Total Reserved minus peak Total Allocated (CUDA)"},
+        recommendation=("let the allocator reuse memory: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+                        "allocate buffers once and reuse them, keep tensor shapes fixed (pad to buckets)"),
+        estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None, "headroom_gib": round(gib, 2),
+                        "formula": "recoverable = peak reserved - peak allocated"},
+        fix=["train.allocator_expandable_segments", "train.micro_batch_size"],
+        ranks=[int(worst)],
+    )

@@ -1,0 +1,74 @@
+"""``pipeline_bubble``: pipeline-parallel stages idle between micro-batches.
+
+Signal: ranks whose trace holds ``torch.distributed.pipelining`` annotations (``Forward i`` /
+``Backward i`` of the single-stage schedules, ``PP:…`` actions of the multi-stage runtime).
+Bubble = step time on the main thread outside those annotations, share of the step, compared
+with the ideal (p − 1)/(m + p − 1) for p stages (ranks with PP annotations) and m micro-batches
+(distinct forward indices per step) (GPipe, Huang et al. 2019, §2.2; 1F1B has the same bubble).
+
+Thresholds (measured bubble, share of step): info ≥ 10 %, warning ≥ 20 %, critical ≥ 40 %
+(GPipe: the bubble is negligible when m ≥ 4p, i.e. ≤ 1/(4 + 1) ≈ 20 % at p = 2 before overheads).
+
+Estimated gain (upper bound): with m' = 4p micro-batches the bubble falls to the ideal at m':
+saved ≤ bubble_ms − step_ms × (p − 1)/(4p + p − 1).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from workbench.analysis.intervals import cat_mask, clip, union_length
+from workbench.analysis.steps import main_thread
+from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+
+PP_ANNOTATION = re.compile(r"^(Forward|Backward) (\d+)$|^PP:")
+BANDS = ((10.0, "info"), (20.0, "warning"), (40.0, "critical"))
+
+
+def _bubble(trace, windows) -> dict | None:
+    ev = trace.events
+    cats = [c for c in ev["name"].cat.categories if PP_ANNOTATION.match(c)]
+    if not cats:
+        return None
+    main = main_thread(trace)
+    pp = ev[ev["name"].isin(cats).to_numpy() & cat_mask(ev["tid"], lambda c: c == main)]
+    s, e = pp["ts_us"].to_numpy(), (pp["ts_us"] + pp["dur_us"]).to_numpy()
+    fwd = pp["name"].astype(str).str.extract(r"^Forward (\d+)$", expand=False).dropna().astype(int)
+    busy, total = 0.0, 0.0
+    for lo, hi in windows[["start_us", "end_us"]].itertuples(index=False):
+        busy += union_length(*clip(s, e, lo, hi))
+        total += hi - lo
+    return {"bubble_pct": 100.0 * (1 - busy / total) if total > 0 else 0.0, "step_ms": total / 1e3 / max(len(windows), 1),
+            "microbatches": int(fwd.nunique()) if len(fwd) else None}
+
+
+def pipeline_bubble(ctx: Context) -> Diagnosis | None:
+    per = {r: ctx.frame("pp_bubble", r, _bubble) for r in ctx.traces}
+    per = {r: v for r, v in per.items() if v is not None}
+    if not per:
+        return None
+    p = len(per)
+    share = float(np.mean([v["bubble_pct"] for v in per.values()]))
+    step_ms = float(np.mean([v["step_ms"] for v in per.values()]))
+    m = max((v["microbatches"] or 0) for v in per.values()) or None
+    ideal = 100.0 * (p - 1) / (m + p - 1) if m else None
+    severity = severity_for(share, BANDS)
+    if severity is None:
+        return None
+    bubble_ms = step_ms * share / 100.0
+    target_ms = step_ms * (p - 1) / (4 * p + p - 1)
+    return Diagnosis(
+        id="pipeline_bubble", severity=severity,
+        title=f"pipeline stages idle {share:.0f}% of the step (ideal for {p} stages × {m} micro-batches: "
+              f"{ideal:.0f}%)" if ideal is not None else f"pipeline stages idle {share:.0f}% of the step",
+        evidence={"bubble_pct": round(share, 2), "ideal_bubble_pct": None if ideal is None else round(ideal, 2),
+                  "stages": p, "microbatches": m, "step_ms": round(step_ms, 3),
+                  "per_rank_bubble_pct": {int(r): round(v["bubble_pct"], 2) for r, v in per.items()},
+                  "source": "main-thread time outside Forward i / Backward i / PP: annotations"},
+        recommendation="more micro-batches per step (m ≥ 4 × stages), a 1F1B or interleaved schedule, balanced stages",
+        estimated_gain=gain(step_ms, max(bubble_ms - target_ms, 0.0), "step_ms / (step_ms - (bubble_ms - ideal_bubble_ms(m=4p)))"),
+        fix=["parallel.pp_microbatches", "parallel.pp_schedule"],
+        ranks=sorted(int(r) for r in per),
+    )

@@ -1,0 +1,57 @@
+"""``straggler_rank``: one rank works longer per step than the others, and they wait for it.
+
+Signal: analysis.skew.rank_skew — per rank, work = step time − communication (in synchronous
+training the fast ranks spend the difference waiting inside the collective), compared with the
+median of the *other* ranks (with two ranks the median of all would halve the ratio).
+
+Thresholds (work / others' median): info ≥ 1.1, warning ≥ 1.3, critical ≥ 1.6, and at least
+``MIN_EXCESS_MS`` more work per step. Ours: fault-free 2-rank gloo runs on a shared 2-core
+machine measured 1.05–1.14 with ~150 ms steps (tests/analysis healthy fixture), up to 1.8 with
+~50 ms steps while other jobs ran (CPU contention is a real straggler, but not a code fault);
+a rank 30 % slower wastes a quarter of every other rank's time.
+
+Estimated gain (upper bound): the straggler's excess work disappears from every step:
+speed-up ≤ step_ms / (step_ms − excess_ms).
+"""
+
+from __future__ import annotations
+
+from workbench.analysis.skew import rank_skew
+from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+
+BANDS = ((1.1, "info"), (1.3, "warning"), (1.6, "critical"))
+MIN_EXCESS_MS = 5.0
+
+
+def straggler_rank(ctx: Context) -> Diagnosis | None:
+    b = ctx.breakdown
+    if b.empty or b["rank"].nunique() < 2:
+        return None
+    skew = rank_skew(b).set_index("rank")
+    work = skew["work_ms"]
+    ratios = {r: float(work[r] / work.drop(r).median()) if work.drop(r).median() > 0 else 1.0 for r in work.index}
+    worst = max(ratios, key=ratios.get)
+    ratio, excess = ratios[worst], float(skew.loc[worst, "work_excess_ms"])
+    severity = severity_for(ratio, BANDS)
+    if severity is None or excess < MIN_EXCESS_MS:
+        return None
+    row = skew.loc[worst]
+    others = skew.drop(worst)
+    what = max(("compute", "dataloader"), key=lambda c: row[f"{c}_ms"] - others[f"{c}_ms"].median())
+    step_ms = float(skew["step_ms"].mean())
+    return Diagnosis(
+        id="straggler_rank", severity=severity,
+        title=f"rank {worst} works {ratio:.2f}× the others ({excess:.1f} ms more per step, mostly {what}); they wait for it",
+        evidence={"rank": int(worst), "work_ratio": round(ratio, 3), "excess_ms_per_step": round(excess, 3),
+                  "slowest_part": what, "step_ms": round(step_ms, 3),
+                  "per_rank_work_ms": {int(r): round(float(v), 3) for r, v in work.items()},
+                  "per_rank_compute_ms": {int(r): round(float(v), 3) for r, v in skew["compute_ms"].items()},
+                  "per_rank_dataloader_ms": {int(r): round(float(v), 3) for r, v in skew["dataloader_ms"].items()},
+                  "source": "step breakdown: work = step - communication, per rank"},
+        recommendation=(f"find what makes rank {worst} slow: its input pipeline (data on a slower disk, fewer "
+                        "workers), its host (other processes, CPU affinity, thermal throttling) or an uneven "
+                        "share of the work (unbalanced batches or pipeline stages)"),
+        estimated_gain=gain(step_ms, excess, "step_ms / (step_ms - straggler_excess_ms)"),
+        fix=["faults.straggler_rank", "data.num_workers"],
+        ranks=[int(worst)],
+    )

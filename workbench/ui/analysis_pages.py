@@ -1,0 +1,120 @@
+"""Utilisation, Communication and Memory: the device, network and memory views of one run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
+from workbench.ui import state, summary
+
+GIB = 2**30
+
+
+def utilisation_page() -> None:
+    path, analysis = state.selected_analysis()
+    st.title("Utilisation")
+    if analysis is None:
+        return
+    nvml = {r: d.nvml for r, d in analysis.run.ranks.items() if d.nvml is not None and not d.nvml.empty}
+    if not nvml:
+        st.info("This run has no device samples (nvml_rank*.csv): it was not captured by `workbench profile`.")
+        return
+    steps = {r: d.steps for r, d in analysis.run.ranks.items()}
+    st.plotly_chart(utilisation(nvml, steps), width="stretch")
+    cols = [c for c in ("gpu_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "cpu_util_pct", "proc_cpu_pct", "rss_bytes")]
+    rows = []
+    for r, f in sorted(nvml.items()):
+        row = {"rank": r, "source": str(f["source"].iloc[0]), "samples": len(f)}
+        for c in cols:
+            v = pd.to_numeric(f[c], errors="coerce") if c in f else pd.Series(dtype=float)
+            if v.notna().any():
+                scale = 1 / GIB if c.endswith("_bytes") else 1
+                name = c.replace("_bytes", " (GiB)")
+                row[f"{name} mean"] = round(float(v.mean()) * scale, 2)
+                row[f"{name} max"] = round(float(v.max()) * scale, 2)
+        rows.append(row)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def communication_page() -> None:
+    path, analysis = state.selected_analysis()
+    st.title("Communication")
+    if analysis is None:
+        return
+    fns = state.library("workbench.analysis.comm", "collective_inventory", "comm_overlap")
+    if fns is None:
+        return
+    collective_inventory, comm_overlap = fns
+    inventories, overlaps = [], []
+    for r, trace in sorted(analysis.run.traces.items()):
+        w = state.windows_for(path, r)
+        inventories.append(collective_inventory(trace, w).assign(rank=r))
+        overlaps.append(comm_overlap(trace, w).assign(rank=r))
+    inv = pd.concat(inventories, ignore_index=True)
+    ov = pd.concat(overlaps, ignore_index=True)
+    if inv.empty:
+        st.info("No collectives in this run's traces (a single process, or communication outside the profiled steps).")
+    else:
+        st.subheader("Collective inventory")
+        st.plotly_chart(collective_bytes_bar(inv), width="stretch")
+        st.dataframe(inv, hide_index=True, width="stretch")
+    if not ov.empty:
+        st.subheader("Overlap with compute, per rank")
+        st.plotly_chart(comm_overlap_bar(ov), width="stretch")
+        per_rank = ov.groupby("rank")[["step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]].mean().round(2)
+        st.caption("Mean per profiled step; exposed_pct is the exposed share of the step.")
+        st.dataframe(per_rank.reset_index(), hide_index=True, width="stretch")
+
+
+def memory_page() -> None:
+    path, analysis = state.selected_analysis()
+    st.title("Memory")
+    if analysis is None:
+        return
+    run = analysis.run
+    peaks, kind = summary.peak_memory(analysis)
+    cap = run.device_memory_bytes if kind == "GPU allocated" else None
+    cols = st.columns(3)
+    peak = max(peaks.values()) if peaks else None
+    cols[0].metric(f"Peak ({kind})", "—" if peak is None else f"{peak / GIB:.2f} GiB")
+    cols[1].metric("Capacity", "—" if not cap else f"{cap / GIB:.0f} GiB")
+    cols[2].metric("Peak / capacity", "—" if not (peak and cap) else f"{100 * peak / cap:.1f}%")
+    fns = state.library("workbench.analysis.memory", "memory_timeline", "step_floors", "zero_model_states_bytes")
+    if fns is None:
+        return
+    memory_timeline, step_floors, zero_model_states_bytes = fns
+    frames, t0, act = [], None, 0
+    for r, trace in sorted(run.traces.items()):
+        w = state.windows_for(path, r)
+        t0 = float(w["start_us"].min()) if t0 is None else min(t0, float(w["start_us"].min()))
+        m = memory_timeline(trace)
+        if not m.empty:
+            dev = 1 if (m["device_type"] == 1).any() else int(m["device_type"].iloc[0])
+            m = m[m["device_type"] == dev]
+            frames.append(m.assign(rank=r))
+            floors = step_floors(m, w)  # CUDA samples: per step lowest and highest allocated
+            rise = (floors["max_allocated_bytes"] - floors["min_allocated_bytes"]).max() if not floors.empty else None
+            act = max(act, int(rise) if rise is not None else summary.activations_bytes(m, w))
+    if frames:
+        st.plotly_chart(memory_lines(pd.concat(frames, ignore_index=True), cap, t0 or 0.0), width="stretch")
+    else:
+        st.info("No memory samples in the traces (profile with profile_memory=True; `workbench profile` does).")
+
+    st.subheader("ZeRO what-if")
+    st.caption("Model states per GPU from the ZeRO paper (mixed-precision Adam, Ψ parameters, N_d data-parallel ranks): "
+               "stage 0: 16Ψ · stage 1: 4Ψ + 12Ψ/N_d · stage 2: 2Ψ + 14Ψ/N_d · stage 3: 16Ψ/N_d; plus the activations "
+               "measured in this run (largest rise of allocated memory within a step). Temporaries and fragmentation not included.")
+    cfg = run.manifest.get("config") or {}
+    default_params = int(run.manifest.get("n_params") or cfg.get("n_params") or (cfg.get("model") or {}).get("n_params") or 1_000_000_000)
+    c1, c2, c3 = st.columns(3)
+    n_params = int(c1.number_input("Parameters (Ψ)", min_value=1, value=default_params, step=1_000_000, format="%d"))
+    dps = c2.multiselect("Data-parallel sizes (N_d)", [1, 2, 4, 8, 16, 32, 64, 128], default=sorted({1, run.world_size, 8, 64}))
+    act_gib = c3.number_input("Activations per GPU (GiB)", min_value=0.0, value=round(act / GIB, 3), step=0.5)
+    if not dps:
+        return
+    table = summary.model_states_table(n_params, dps=sorted(dps), activations_bytes=int(act_gib * GIB), states_fn=zero_model_states_bytes)
+    st.plotly_chart(zero_what_if(table, cap), width="stretch")
+    shown = table.assign(**{"total (GiB)": (table["total_bytes"] / GIB).round(2),
+                            "fits": ["yes" if not cap or t <= cap else "no" for t in table["total_bytes"]]})
+    st.dataframe(shown[["stage", "dp", "total (GiB)", "fits"]], hide_index=True, width="stretch")

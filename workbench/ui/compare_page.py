@@ -1,0 +1,71 @@
+"""Compare: two runs side by side, per-metric deltas, diagnoses resolved or new."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from workbench.figures import compare_bars, step_breakdown_bar
+from workbench.ui import state, widgets
+
+
+def compare_page() -> None:
+    st.title("Compare")
+    runs = state.runs()
+    if len(runs) < 2:
+        st.info("Compare needs two runs under the traces root.")
+        return
+    names = [r["name"] for r in runs]
+    paths = {r["name"]: r["path"] for r in runs}
+    qa, qb = st.query_params.get("a"), st.query_params.get("b")
+    c1, c2 = st.columns(2)
+    a_name = c1.selectbox("A (before)", names, index=names.index(qa) if qa in names else 1, key="compare_a")
+    b_name = c2.selectbox("B (after)", names, index=names.index(qb) if qb in names else 0, key="compare_b")
+    st.query_params["a"], st.query_params["b"] = a_name, b_name
+    a, b = state.analysis_for(paths[a_name]), state.analysis_for(paths[b_name])
+    if a is None or b is None:
+        return
+    for col, name, an in ((c1, a_name, a), (c2, b_name, b)):
+        with col:
+            st.markdown(f"**{name}**")
+            widgets.verdict(an)
+            st.plotly_chart(step_breakdown_bar(an.per_rank, title=f"{name}: ms per step"), width="stretch")
+    compare_runs = state.library("workbench.compare", "compare_runs")
+    if compare_runs is None:
+        return
+    cmp = compare_runs(a, b)
+    st.subheader("Deltas (B − A)")
+    speedup = getattr(cmp, "speedup_measured", None)
+    if speedup:
+        st.metric("Measured speed-up (A step time / B step time)", f"{speedup:.2f}×")
+    st.plotly_chart(compare_bars(cmp.metrics), width="stretch")
+    st.dataframe(cmp.metrics, hide_index=True, width="stretch")
+    r1, r2 = st.columns(2)
+    with r1:
+        st.markdown("**Resolved in B**")
+        for d in cmp.resolved:
+            est = (getattr(cmp, "estimates", {}) or {}).get(_id(d))
+            ok = cmp.within_estimate(_id(d)) if hasattr(cmp, "within_estimate") else None
+            note = "" if est is None else f" — estimated ≤ {est}×" + ("" if ok is None else (", measured within it" if ok else ", measured beyond it"))
+            st.markdown(f"✅ `{_id(d)}`{note}")
+        if not cmp.resolved:
+            st.caption("none")
+    with r2:
+        st.markdown("**New in B**")
+        for d in cmp.new:
+            st.markdown(f"🆕 `{_id(d)}`")
+        if not cmp.new:
+            st.caption("none")
+    if getattr(cmp, "persisting", None):
+        st.markdown("**Still present in both:** " + ", ".join(f"`{_id(d)}`" for d in cmp.persisting))
+    st.download_button("Comparison (JSON)", data=_json(cmp), file_name=f"compare-{a_name}-{b_name}.json", mime="application/json")
+
+
+def _id(d) -> str:
+    return d if isinstance(d, str) else getattr(d, "id", None) or (d.get("id") if isinstance(d, dict) else str(d))
+
+
+def _json(cmp) -> str:
+    import json
+
+    j = cmp.to_json()
+    return j if isinstance(j, str) else json.dumps(j, indent=2, default=str)

@@ -1,0 +1,88 @@
+"""Overview, Timeline and Diagnoses: the views of one run's steps."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench.figures import step_breakdown_bar, step_time_lines, timeline
+from workbench.ui import state, summary, widgets
+
+
+def _fmt(v: float | None, unit: str, digits: int = 1) -> str:
+    return "—" if v is None else f"{v:.{digits}f}{unit}"
+
+
+def overview_page() -> None:
+    path, analysis = state.selected_analysis()
+    st.title(path.name if path else "Overview")
+    if analysis is None:
+        return
+    widgets.verdict(analysis)
+    for w in analysis.run.warnings:
+        st.warning(w)
+    h = summary.headline(analysis)
+    cols = st.columns(5)
+    cols[0].metric("Step time", _fmt(h.step_ms, " ms"), help="mean over ranks and profiled steps")
+    gpu = analysis.run.has_gpu
+    cols[1].metric("GPU busy" if gpu else "CPU busy (no GPU)", _fmt(h.gpu_busy_pct, "%", 0),
+                   help="share of the step the GPU runs kernels or copies" if gpu else
+                   "CPU run: share of the step the main thread computes")
+    cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation; needs flops_per_token in the manifest (engine runs)")
+    cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")
+    peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
+    if h.peak_memory_bytes and h.capacity_bytes:
+        peak += f" / {h.capacity_bytes / 2**30:.0f}"
+    cols[4].metric(f"Peak memory ({h.memory_kind})", peak,
+                   delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of capacity" if h.peak_memory_bytes and h.capacity_bytes else None,
+                   delta_color="off")
+    st.caption(f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
+               f"{analysis.breakdown['step'].nunique()} profiled step(s) · status {analysis.run.manifest.get('status', 'bare')}")
+    st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
+    st.subheader("Diagnoses")
+    widgets.diagnosis_cards(analysis)
+    st.plotly_chart(step_time_lines(analysis.breakdown), width="stretch")
+    st.subheader("Per rank")
+    st.dataframe(summary.per_rank_table(analysis), hide_index=True, width="stretch")
+
+
+def diagnoses_page() -> None:
+    path, analysis = state.selected_analysis()
+    st.title("Diagnoses")
+    if analysis is None:
+        return
+    widgets.verdict(analysis)
+    st.caption("Sorted by estimated gain (share of step time saved if the cause is removed).")
+    widgets.diagnosis_cards(analysis, detailed=True)
+
+
+def timeline_page() -> None:
+    path, analysis = state.selected_analysis()
+    st.title("Timeline")
+    if analysis is None:
+        return
+    ranks = sorted(analysis.run.traces)
+    c1, c2, c3 = st.columns([2, 2, 1])
+    shown = c1.multiselect("Ranks", ranks, default=ranks[:4], format_func=lambda r: f"rank {r}")
+    windows = {r: state.windows_for(path, r) for r in shown}
+    steps = sorted({int(s) for w in windows.values() for s in w["step"]})
+    step = c2.selectbox("Zoom", ["all profiled steps", *steps], key="zoom", format_func=lambda s: s if isinstance(s, str) else f"step {s}")
+    detail = c3.select_slider("Bars per lane", [100, 300, 1000], value=300)
+    if not shown:
+        st.info("Pick at least one rank.")
+        return
+    # Zoomed, each rank shows its own window of that step (ranks enter a step at slightly different times).
+    spans = {r: w if isinstance(step, str) else w[w["step"] == step] for r, w in windows.items()}
+    spans = {r: w for r, w in spans.items() if not w.empty}
+    if not spans:
+        st.info("The selected ranks have no such step.")
+        return
+    lanes = pd.concat([state.lanes_for(path, r, *((None, None) if isinstance(step, str) else
+                                                  (float(w["start_us"].min()), float(w["end_us"].max()))), detail)
+                       for r, w in spans.items()], ignore_index=True)
+    t0 = float(pd.concat(list(spans.values()))["start_us"].min())
+    st.plotly_chart(timeline(lanes, t0), width="stretch")
+    events = int(sum(len(analysis.run.traces[r].events) for r in shown))
+    st.caption(f"{events:,} trace events drawn as {len(lanes):,} bars: nested events collapse into the outermost one "
+               "and events closer than 1/4 of a bar's width merge (hover shows how many). Zoom to a step for detail; "
+               "drag on the chart to zoom further.")

@@ -1,0 +1,71 @@
+"""Runs: every run under the traces root, and the upload of a trace or a zipped run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench import uploads
+from workbench.errors import WorkbenchError
+from workbench.load.run import trace_files
+from workbench.ui import state
+
+# Runs whose traces total less than this are analysed to fill the verdict column; larger ones
+# show their verdict once opened (analysis is cached), so the list stays instant.
+AUTO_ANALYZE_BYTES = 20 << 20
+
+
+def runs_page() -> None:
+    st.title("Runs")
+    root = state.traces_root()
+    st.caption(f"Traces root: `{root}`")
+    rows = state.runs()
+    if not rows:
+        st.info("No runs yet. Profile one: `workbench profile --nproc-per-node 2 train.py`, or upload one below.")
+    else:
+        st.dataframe(pd.DataFrame([_row(r) for r in rows]), hide_index=True, width="stretch",
+                     column_config={"verdict": st.column_config.TextColumn(width="large")})
+    _upload(root)
+
+
+def _row(r: dict) -> dict:
+    m = r["manifest"]
+    verdict = state.known_verdict(r["path"])
+    if verdict is None:
+        size = sum(f.stat().st_size for f in trace_files(r["path"]))
+        if size < AUTO_ANALYZE_BYTES:
+            a = state.analysis_for(r["path"])
+            verdict = a.verdict if a is not None else "unreadable"
+        else:
+            verdict = f"({size / 2**20:.0f} MiB of traces: open it in Overview)"
+    hosts = m.get("hosts") or []
+    return {
+        "name": r["name"],
+        "status": r["status"],
+        "world_size": r["world_size"],
+        "hardware": " · ".join(str(x) for x in (r["device"] or "unknown", f"{len(hosts)} host(s)" if hosts else None) if x),
+        "date": (r["start"] or "")[:19].replace("T", " "),
+        "verdict": verdict,
+        "command": r["command"],
+    }
+
+
+def _upload(root) -> None:
+    st.subheader("Add a run")
+    st.caption(f"A `*.pt.trace.json[.gz]` trace, or a `.zip` of a run directory (manifest, traces, CSVs). "
+               f"Up to {uploads.MAX_UPLOAD_BYTES >> 20} MiB; files are parsed only as JSON/CSV and stored under the root.")
+    with st.form("upload", clear_on_submit=False):
+        f = st.file_uploader("Trace or zipped run", type=["json", "gz", "zip"])
+        name = st.text_input("Run name", placeholder="my-run")
+        submitted = st.form_submit_button("Store")
+    if not submitted:
+        return
+    if f is None or not name:
+        st.error("Pick a file and give the run a name.")
+        return
+    try:
+        path = uploads.store_upload(root, name.strip(), f.name, f.getvalue())
+    except WorkbenchError as e:
+        st.error(f"Upload refused: {e}")
+        return
+    st.success(f"Stored as `{path}`. Pick **{path.name}** in the sidebar.")

@@ -1,0 +1,147 @@
+"""The headline numbers of a run and small derived tables, shared by the app and the HTML report.
+
+No streamlit here (the report imports it). Everything comes from an :class:`Analysis`, so the
+first view of a run costs one analysis and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from workbench.verdict import Analysis
+
+# Dense bf16 peak per device, TFLOP/s (vendor datasheets; torchtitan uses 989 for H100/H200).
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+@dataclass(slots=True)
+class Headline:
+    step_ms: float | None
+    gpu_busy_pct: float | None
+    """Share of the step the device is busy: GPU kernels/copies, or on CPU runs the main thread's
+    compute (``compute_busy_pct``)."""
+    mfu_pct: float | None
+    """Model FLOPs utilisation (PaLM appendix B) when the manifest gives FLOPs per token."""
+    exposed_comm_pct: float | None
+    """Communication not hidden by compute, share of the step (the breakdown's category)."""
+    peak_memory_bytes: int | None
+    capacity_bytes: int | None
+    memory_kind: str
+    """"GPU allocated" or "host RSS"."""
+
+
+def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
+    """Peak memory per rank: GPU allocated ([memory] events, else steps.csv), else the host RSS."""
+    run = analysis.run
+    out: dict[int, int] = {}
+    for r, d in run.ranks.items():
+        mem = d.trace.memory if d.trace is not None else None
+        if mem is not None and not mem.empty and (mem["device_type"] == 1).any():
+            out[r] = int(mem.loc[mem["device_type"] == 1, "allocated_bytes"].max())
+        elif d.steps is not None and "max_mem_allocated_bytes" in d.steps and d.steps["max_mem_allocated_bytes"].notna().any():
+            out[r] = int(d.steps["max_mem_allocated_bytes"].max())
+    if out:
+        return out, "GPU allocated"
+    for r, d in run.ranks.items():
+        for f in (d.steps, d.nvml):
+            if f is not None and "rss_bytes" in f and f["rss_bytes"].notna().any():
+                out[r] = max(out.get(r, 0), int(f["rss_bytes"].max()))
+    return out, "host RSS"
+
+
+def mfu_pct(analysis: Analysis) -> float | None:
+    """MFU = tokens/s × FLOPs/token ÷ peak, when the manifest has ``flops_per_token`` (engine runs)."""
+    m = analysis.run.manifest
+    fpt = m.get("flops_per_token") or (m.get("config") or {}).get("flops_per_token")
+    name = analysis.run.device_name or ""
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    if not fpt or not peak:
+        return None
+    tokens = [d.steps["tokens"].dropna() for d in analysis.run.ranks.values() if d.steps is not None and "tokens" in d.steps]
+    tokens = pd.concat(tokens) if tokens else pd.Series(dtype=float)
+    step_ms = float(analysis.breakdown["step_ms"].mean()) if not analysis.breakdown.empty else 0
+    if tokens.empty or step_ms <= 0:
+        return None
+    per_rank_tps = float(tokens.mean()) / (step_ms / 1e3)
+    return 100.0 * per_rank_tps * float(fpt) / (peak * 1e12)
+
+
+def headline(analysis: Analysis) -> Headline:
+    """The Overview's numbers: ``Analysis.metrics()`` (what ``workbench compare`` diffs), plus the
+    host-RSS peak on CPU runs and MFU when it can be known."""
+    m = analysis.metrics()
+    peaks, kind = peak_memory(analysis)
+    peak = m.get("peak_allocated_gib")
+    busy = m.get("gpu_busy_pct") if analysis.run.has_gpu else m.get("compute_busy_pct")
+    return Headline(
+        step_ms=m.get("step_ms"),
+        gpu_busy_pct=None if busy is None else float(busy),
+        mfu_pct=mfu_pct(analysis),
+        exposed_comm_pct=m.get("exposed_comm_pct", m.get("communication_pct")),
+        peak_memory_bytes=int(peak * 2**30) if peak else (max(peaks.values()) if peaks else None),
+        capacity_bytes=analysis.run.device_memory_bytes if kind == "GPU allocated" else None,
+        memory_kind=kind,
+    )
+
+
+def per_rank_table(analysis: Analysis) -> pd.DataFrame:
+    """analysis.per_rank (ms and % per category) plus each rank's peak memory (GiB)."""
+    t = analysis.per_rank.copy()
+    peaks, kind = peak_memory(analysis)
+    t[f"peak {kind} (GiB)"] = [peaks.get(int(r), math.nan) / 2**30 for r in t["rank"]]
+    return t.round(2)
+
+
+def time_range(analysis: Analysis, ranks: list[int] | None) -> dict | None:
+    """Where a diagnosis applies: its ranks' profiled steps and their span on the trace clock (µs)."""
+    b = analysis.breakdown
+    if b.empty:
+        return None
+    if ranks:
+        b = b[b["rank"].isin(ranks)]
+    if b.empty:
+        return None
+    return {"ranks": sorted(int(r) for r in b["rank"].unique()), "steps": [int(b["step"].min()), int(b["step"].max())],
+            "start_us": float(b["start_us"].min()), "end_us": float(b["end_us"].max()),
+            "span_ms": round(float(b["end_us"].max() - b["start_us"].min()) / 1e3, 1)}
+
+
+def gain_key(d) -> float:
+    """Sort key: estimated share of step time saved (then the speed-up bound)."""
+    g = d.estimated_gain or {}
+    return float(g.get("step_time_saved_pct") or 0.0) + 1e-3 * float(g.get("speedup_max") or 0.0)
+
+
+def sorted_by_gain(diagnoses) -> list:
+    return sorted(diagnoses, key=gain_key, reverse=True)
+
+
+def model_states_table(n_params: int, stages=(0, 1, 2, 3), dps=(1, 2, 4, 8, 16), activations_bytes: int = 0,
+                       states_fn=None) -> pd.DataFrame:
+    """Memory per GPU for each ZeRO stage × data-parallel size: model states (``states_fn``,
+    analysis.memory.zero_model_states_bytes) plus the measured activations.
+    Columns: stage, dp, model_states_bytes, activations_bytes, total_bytes."""
+    rows = [{"stage": s, "dp": d, "model_states_bytes": int(states_fn(n_params, d, s)), "activations_bytes": int(activations_bytes)}
+            for d in dps for s in stages]
+    t = pd.DataFrame(rows)
+    t["total_bytes"] = t["model_states_bytes"] + t["activations_bytes"]
+    return t
+
+
+def activations_bytes(memory: pd.DataFrame, windows: pd.DataFrame) -> int:
+    """Measured activations: the largest rise of allocated memory within a step over its level at
+    the step's start (model states are resident at a step boundary; activations come and go)."""
+    if memory is None or memory.empty or windows.empty:
+        return 0
+    best = 0
+    ts = memory["ts_us"].to_numpy()
+    alloc = memory["allocated_bytes"].to_numpy()
+    for lo, hi in zip(windows["start_us"], windows["end_us"]):
+        m = (ts >= lo) & (ts <= hi)
+        if m.any():
+            a = alloc[m]
+            best = max(best, int(a.max() - a[0]))
+    return best

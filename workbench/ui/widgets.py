@@ -1,0 +1,55 @@
+"""Pieces several pages draw: the verdict banner and the diagnosis cards."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench.ui import summary
+from workbench.verdict import Analysis
+
+SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
+
+
+def verdict(analysis: Analysis) -> None:
+    serious = [d for d in analysis.diagnoses if d.severity != "info"]
+    show = st.error if serious and serious[0].severity == "critical" else st.warning if serious else st.success
+    show(f"**Verdict:** {analysis.verdict}")
+
+
+def diagnosis_cards(analysis: Analysis, detailed: bool = False) -> None:
+    """Every diagnosis, largest estimated gain first: id, severity, title, fix, gain, where."""
+    diagnoses = summary.sorted_by_gain(analysis.diagnoses)
+    if not diagnoses:
+        st.success("No bottleneck found.")
+        return
+    for d in diagnoses:
+        with st.container(border=True):
+            st.markdown(f"{SEVERITY_ICON[d.severity]} **{d.id}** · {d.severity} — {d.title}")
+            st.markdown(f"**Fix:** {d.recommendation}")
+            gain = d.estimated_gain or {}
+            bits = []
+            if gain.get("step_time_saved_pct") is not None:
+                bits.append(f"saves up to {gain['step_time_saved_pct']}% of step time")
+            if gain.get("speedup_max"):
+                bits.append(f"up to {gain['speedup_max']}× faster ({gain.get('formula', '')})")
+            if d.fix:
+                bits.append("toggles: " + ", ".join(f"`{f}`" for f in d.fix))
+            if bits:
+                st.caption("Estimated gain: " + "; ".join(bits))
+            where = d.evidence.get("time_range_us") if isinstance(d.evidence, dict) else None
+            rng = summary.time_range(analysis, d.ranks)
+            if rng:
+                st.caption(f"Where: ranks {', '.join(map(str, rng['ranks']))}, profiled steps {rng['steps'][0]}–{rng['steps'][1]} "
+                           f"({rng['span_ms']} ms, trace µs {rng['start_us']:.0f}–{rng['end_us']:.0f})"
+                           + (f"; rule's range {where}" if where else ""))
+            if detailed:
+                flat = {k: v for k, v in d.evidence.items() if not isinstance(v, (dict, list))}
+                if flat:
+                    st.dataframe(pd.DataFrame({"evidence": list(flat), "value": [str(v) for v in flat.values()]}),
+                                 hide_index=True, width="stretch")
+                nested = {k: v for k, v in d.evidence.items() if isinstance(v, (dict, list))}
+                if nested:
+                    st.json(nested, expanded=False)
+            else:
+                st.json(d.evidence, expanded=False)
