@@ -62,8 +62,8 @@ def test_overview_shows_verdict_chart_and_diagnosis(app):
     assert labels[0] == "Step time" and labels[2:4] == ["MFU", "Exposed comm"] and labels[4].startswith("Peak memory")
     m = analyze_run(TRACES / "ddp_slow_data").metrics()
     assert labels[1] == "CPU busy (no GPU)" and app.metric[1].value == f"{m['compute_busy_pct']:.0f}%"
-    # the numbers shown are the library's: mean step time 128.4 ms (DataLoader 44% of it)
-    assert app.metric[0].value == "128.4 ms" == f"{m['step_ms']:.1f} ms"
+    # the numbers shown are the library's
+    assert app.metric[0].value == f"{m['step_ms']:.1f} ms"
     assert app.metric[3].value == f"{m['exposed_comm_pct']:.0f}%"
 
 
@@ -102,7 +102,8 @@ def test_timeline_lanes_and_zoom(monkeypatch):
     assert not at.exception
     (spec,) = specs(at)
     step_lane = next(t for t in spec["data"] if t["name"] == "step")
-    assert set(_decode(step_lane["customdata"], 0)) == {"step 3"}
+    second = sorted(analyze_run(TRACES / "ddp_slow_data").breakdown["step"].unique())[1]
+    assert set(_decode(step_lane["customdata"], 0)) == {f"step {second}"}
 
 
 def _decode(customdata, col):
@@ -147,14 +148,17 @@ def test_memory_timeline_and_zero_what_if(monkeypatch):
 def test_diagnoses_page_sorted_with_evidence_fix_and_range(monkeypatch):
     at = open_page(monkeypatch, "diagnoses_page")
     t = texts(at)
-    assert "dataloader_stall" in t and "Fix:" in t and "profiled steps 2–4" in t and "Estimated gain" in t
+    steps = sorted(analyze_run(TRACES / "ddp_slow_data").breakdown["step"].unique())
+    assert "dataloader_stall" in t and "Fix:" in t and f"profiled steps {steps[0]}–{steps[-1]}" in t and "Estimated gain" in t
     ev = at.dataframe[0].value
     assert "share_pct" in set(ev["evidence"])
     shown = [line for line in texts(at).split(":red[■]")[1:]]
     ids = [d.id for d in sorted(analyze_run(TRACES / "ddp_slow_data").diagnoses,
                                 key=lambda d: d.estimated_gain.get("step_time_saved_pct") or 0, reverse=True)]
     order = [i for i in ids if i in texts(at)]
-    assert order == ids and texts(at).index(f"**{ids[0]}**") < texts(at).index(f"**{ids[-1]}**")
+    assert order == ids
+    if len(ids) > 1:
+        assert texts(at).index(f"**{ids[0]}**") < texts(at).index(f"**{ids[-1]}**")
     assert shown  # severities drawn as coloured squares
 
 
@@ -164,7 +168,8 @@ def test_runs_page_lists_committed_runs(monkeypatch):
     assert {"ddp_slow_data", "ddp_fixed_data"} <= set(table["name"])
     row = table.set_index("name").loc["ddp_slow_data"]
     assert row["status"] == "ok" and row["world_size"] == 2 and row["verdict"].startswith("dataloader_stall")
-    assert row["date"] == "2026-12-02 10:42:35"
+    start = json.loads((TRACES / "ddp_slow_data" / "manifest.json").read_text())["start_utc"]
+    assert row["date"] == start[:19].replace("T", " ")
 
 
 def test_compare_page_side_by_side(monkeypatch):
@@ -173,5 +178,6 @@ def test_compare_page_side_by_side(monkeypatch):
     t = texts(at)
     assert "Resolved in B" in t and "`dataloader_stall`" in t.split("Resolved in B")[1].split("New in B")[0]
     metrics = at.dataframe[0].value.set_index("metric")
-    assert metrics.loc["dataloader_pct", "a"] > 40 and metrics.loc["dataloader_pct", "b"] < 5
+    # A waits on input for most of the step; B below dataloader_stall's warning level (10 %)
+    assert metrics.loc["dataloader_pct", "a"] > 40 and metrics.loc["dataloader_pct", "b"] < 10
     assert at.metric[0].label.startswith("Measured speed-up")

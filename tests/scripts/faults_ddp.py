@@ -3,7 +3,7 @@
     workbench profile --nproc-per-node 2 --out DIR tests/scripts/faults_ddp.py [flags]
 
 - no flag                    healthy DDP: synthetic batches, compute ≫ gradient all-reduce
-- ``--straggler-rank R``     rank R runs the forward three extra times per step (a slow host)
+- ``--straggler-rank R``     rank R runs the forward eight extra times per step (a slow host)
 - ``--redundant-allgather``  every micro-batch all-gathers the same flattened parameters again
                              (the "gather to check / to slice" habit), once is all DDP needs: zero
 - ``--fsdp``                 FSDP2 ``fully_shard`` per layer instead of DDP; with
@@ -76,7 +76,7 @@ def main() -> None:
             x, y = data[mb * n:(mb + 1) * n], target[mb * n:(mb + 1) * n]
             if rank == args.straggler_rank:
                 with torch.no_grad():
-                    for _ in range(3):
+                    for _ in range(8):
                         model(x)  # the slow rank's extra work
             if args.redundant_allgather:
                 flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])

@@ -63,7 +63,6 @@ def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tupl
         "schema_version": contract.SCHEMA_VERSION,
         "run_id": run_dir.name,
         "command": shlex.join(command),
-        "cwd": os.getcwd(),
         "config": config or {},
         "nproc_per_node": nproc,
         "world_size": None,
@@ -119,15 +118,20 @@ def _rank_exit_code(run_dir: Path, fallback: int) -> int:
 
 
 def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = None,
-            schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None) -> tuple[int, Path]:
-    """Run ``script`` under capture. Returns (exit code, run directory)."""
+            schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
+            command: list[str] | None = None) -> tuple[int, Path]:
+    """Run ``script`` under capture. Returns (exit code, run directory).
+
+    ``command`` is what the manifest records as the user's command (default: the equivalent
+    ``workbench profile`` line); ``workbench train`` passes its own.
+    """
     if not Path(script).is_file():
         raise WorkbenchError(f"training script not found: {script}")
     if nproc < 1:
         raise WorkbenchError(f"--nproc-per-node must be >= 1, got {nproc}")
     run_dir = Path(out) if out else default_run_dir(script)
     env = dict(os.environ, WORKBENCH_RUN_DIR=str(run_dir.resolve()), WORKBENCH_SCHEDULE=",".join(map(str, schedule)))
-    command = ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
+    command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
 
     if already_a_rank():
         if nproc > 1:

@@ -14,7 +14,6 @@ import gzip
 import json
 import os
 import platform
-import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -238,10 +237,27 @@ class CaptureSession:
         prof.export_chrome_trace(str(tmp_json))
         tmp_gz = final.with_suffix(".gz.tmp")
         with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+            _copy_naming_trace(src, dst, str(tmp_json), final.name)
         os.replace(tmp_gz, final)
         tmp_json.unlink()
         self.trace_written = True
+
+
+def _copy_naming_trace(src, dst, tmp_path: str, name: str) -> None:
+    """Copy the exported trace, renaming Kineto's ``traceName`` (the absolute path of our temporary
+    file, written at the end of the JSON) to the trace's own file name: a run directory carries no
+    machine paths and can be shared or committed as it is."""
+    size = os.fstat(src.fileno()).st_size
+    tail_at = max(0, size - (1 << 16))
+    remaining = tail_at
+    while remaining > 0:
+        chunk = src.read(min(1 << 20, remaining))
+        if not chunk:
+            break
+        dst.write(chunk)
+        remaining -= len(chunk)
+    tail = src.read()
+    dst.write(tail.replace(json.dumps(tmp_path).encode(), json.dumps(name).encode()))
 
 
 def record_metrics(**values: Any) -> None:

@@ -11,6 +11,12 @@ Thresholds (share of step time):
 - critical ≥ 20 %: xprof's "highly input-bound", TraceML's critical level.
 Also at least 2 ms per step (TraceML's floor): below that the share is noise on tiny steps.
 
+Two readings, the larger wins (evidence keeps both):
+- the profiled steps, from the trace (``trace_share_pct``);
+- every unprofiled step after the first, from ``steps_rank{r}.csv``'s ``data_wait_ms``
+  (``run_share_pct``). A handful of profiled steps can miss a loader that stalls in bursts
+  (N workers finishing N batches at once, then a long wait): the whole run cannot.
+
 Estimated gain (upper bound): hiding all waiting saves ``dataloader_ms`` per step, so
 speed-up ≤ step_ms / (step_ms − dataloader_ms).
 """
@@ -28,10 +34,29 @@ MIN_MS_PER_STEP = 2.0
 BANDS = ((INFO_PCT, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
-def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None) -> Diagnosis | None:
+def run_wait(steps: dict | None) -> pd.DataFrame:
+    """Per rank, mean step_ms and data_wait_ms over unprofiled steps after step 0 (steps CSVs)."""
+    rows = {}
+    for rank, df in (steps or {}).items():
+        if df is None or not {"step", "step_ms", "data_wait_ms", "profiled"} <= set(df.columns):
+            continue
+        d = df[(df["step"] >= 1) & (df["profiled"] == 0)].dropna(subset=["step_ms", "data_wait_ms"])
+        if len(d) >= 3:
+            rows[int(rank)] = {"step_ms": float(d["step_ms"].mean()), "dataloader_ms": float(d["data_wait_ms"].mean())}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["step_ms", "dataloader_ms"])
+
+
+def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, steps: dict | None = None) -> Diagnosis | None:
     if breakdown.empty:
         return None
     per_rank = breakdown.groupby("rank")[["step_ms", "dataloader_ms"]].mean()
+    trace_share = 100.0 * per_rank["dataloader_ms"].mean() / per_rank["step_ms"].mean()
+    whole = run_wait(steps)
+    run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean() if not whole.empty else None
+    source = "main-thread enumerate(DataLoader)#…__next__ while the device was idle (profiled steps)"
+    if run_share is not None and run_share > trace_share:
+        per_rank = whole
+        source = "DataLoader __next__ wait per step in steps_rank{r}.csv (every unprofiled step after the first)"
     per_rank["share_pct"] = 100.0 * per_rank["dataloader_ms"] / per_rank["step_ms"]
     step_ms = float(per_rank["step_ms"].mean())
     dl_ms = float(per_rank["dataloader_ms"].mean())
@@ -60,7 +85,9 @@ def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None) ->
             "share_pct": round(share, 2),
             "per_rank_share_pct": {int(r): round(float(v), 2) for r, v in per_rank["share_pct"].items()},
             "steps": int(breakdown["step"].nunique()),
-            "source": "main-thread enumerate(DataLoader)#…__next__ while the device was idle",
+            "trace_share_pct": round(float(trace_share), 2),
+            "run_share_pct": None if run_share is None else round(float(run_share), 2),
+            "source": source,
         },
         recommendation=recommendation,
         estimated_gain={

@@ -58,6 +58,6 @@ def exposed_communication(ctx: Context) -> Diagnosis | None:
                         "all-reduces earlier; accumulate gradients with no_sync to communicate less often; "
                         "compress gradients (bf16/fp16 comm hook, PowerSGD)"),
         estimated_gain=gain(step_ms, exposed_ms, "step_ms / (step_ms - exposed_comm_ms)"),
-        fix=["parallel.bucket_cap_mb", "parallel.comm_hook", "train.grad_accum_steps"],
+        fix=["parallel.bucket_cap_mb", "parallel.comm_hook", "parallel.no_sync", "train.grad_accum"],
         ranks=sorted(int(r) for r, v in shares.items() if v >= INFO_PCT),
     )

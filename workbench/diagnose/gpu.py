@@ -79,7 +79,7 @@ def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
                   "source": "union of kernels per step; breakdown host + idle (GPU idle, main thread not on data)"},
         recommendation=rec,
         estimated_gain=gain(step_ms, unexplained_ms, "step_ms / (step_ms - (host + idle)_ms)"),
-        fix=["train.compile", "train.cuda_graphs", "train.micro_batch_size"],
+        fix=["train.compile", "data.batch_size"],
         ranks=sorted(int(r) for r in ranks),
     )
 
@@ -142,7 +142,7 @@ def host_sync(ctx: Context) -> Diagnosis | None:
         recommendation=("remove sync points from the step: keep metrics on the GPU and read them every N steps "
                         "(no .item()/.cpu()/print of tensors per layer or per step), use non_blocking copies"),
         estimated_gain=gain(step_ms, gap_ms, "step_ms / (step_ms - gpu_idle_after_sync_ms)"),
-        fix=["faults.host_sync", "train.log_every"],
+        fix=["faults.host_sync_every_step"],
         ranks=sorted(int(r) for r in ranks if per[r]["syncs"]),
     )
 

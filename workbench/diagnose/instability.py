@@ -68,6 +68,6 @@ def training_instability(ctx: Context) -> Diagnosis | None:
                         "restart from a checkpoint before the spike"),
         estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None,
                         "formula": "no time gain; avoids losing the steps after the spike"},
-        fix=["train.grad_clip", "train.lr", "train.warmup_steps"],
+        fix=["train.grad_clip", "train.lr"],
         ranks=sorted({f["rank"] for f in found}),
     )

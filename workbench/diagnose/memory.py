@@ -74,7 +74,7 @@ def oom_risk(ctx: Context) -> Diagnosis | None:
                         "gradients, parameters) or CPU offload"),
         estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None, "headroom_gib": round(headroom, 2),
                         "formula": "headroom = capacity - peak reserved (no time gain; the gain is not crashing)"},
-        fix=["train.micro_batch_size", "train.activation_checkpointing", "parallel.zero_stage", "parallel.offload"],
+        fix=["data.batch_size", "train.activation_checkpointing", "parallel.mode", "parallel.cpu_offload"],
         ranks=[int(r) for r, v in sums.items() if v["peak_reserved_pct"] >= OOM_BANDS[0][0]] or [int(worst)],
     )
 
@@ -105,6 +105,6 @@ def memory_fragmentation(ctx: Context) -> Diagnosis | None:
                         "allocate buffers once and reuse them, keep tensor shapes fixed (pad to buckets)"),
         estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None, "headroom_gib": round(gib, 2),
                         "formula": "recoverable = peak reserved - peak allocated"},
-        fix=["train.allocator_expandable_segments", "train.micro_batch_size"],
+        fix=["data.batch_size"],
         ranks=[int(worst)],
     )

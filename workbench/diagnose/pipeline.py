@@ -69,6 +69,6 @@ def pipeline_bubble(ctx: Context) -> Diagnosis | None:
                   "source": "main-thread time outside Forward i / Backward i / PP: annotations"},
         recommendation="more micro-batches per step (m ≥ 4 × stages), a 1F1B or interleaved schedule, balanced stages",
         estimated_gain=gain(step_ms, max(bubble_ms - target_ms, 0.0), "step_ms / (step_ms - (bubble_ms - ideal_bubble_ms(m=4p)))"),
-        fix=["parallel.pp_microbatches", "parallel.pp_schedule"],
+        fix=["parallel.microbatches", "parallel.pp_schedule"],
         ranks=sorted(int(r) for r in per),
     )

@@ -90,6 +90,6 @@ def redundant_allgather(ctx: Context) -> Diagnosis | None:
                         "re-assembling tensors by hand; with gradient accumulation keep parameters unsharded "
                         "across micro-batches (FSDP2 reshard_after_forward=False) or accumulate fewer, larger micro-batches"),
         estimated_gain=gain(step_ms, red_ms, "step_ms / (step_ms - redundant_ms)"),
-        fix=["faults.redundant_allgather", "parallel.reshard_after_forward", "train.grad_accum_steps"],
+        fix=["faults.redundant_allgather", "parallel.reshard_after_forward", "train.grad_accum"],
         ranks=sorted(int(r) for r in per_rank),
     )

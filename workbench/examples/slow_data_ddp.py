@@ -55,10 +55,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--dim", type=int, default=256)
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--sample-cost", type=int, default=1, help="CPU work per sample (128x128 matmuls)")
-    p.add_argument("--sample-latency-ms", type=float, default=1.5, help="storage latency per sample (ms)")
+    p.add_argument("--sample-latency-ms", type=float, default=1.0, help="storage latency per sample (ms)")
     p.add_argument("--fail-at-step", type=int, default=-1, help="raise after this step (tests)")
     p.add_argument("--hold-gib", type=float, default=0.0,
                    help="keep this many GiB of extra tensors on the device, as a bigger model's state would "

@@ -5,6 +5,11 @@ Why not ``json.load`` or HTA's parser: building a dict for every event's ``args`
 into typed structs that keep 7 fields per event and leave ``args`` as raw bytes, decoding them
 only for the few events analysis reads (GPU kernels' stream, memory samples, collectives).
 
+Memory: the text is stream-decompressed and decoded one slice of ~50k whole events at a time
+(Kineto's layout marks event boundaries, see ``EVENT_SEP``), folded into compact columns
+(:mod:`workbench.load.columns`) and dropped, so neither the whole JSON text nor one Python object
+per event is ever held. Text in another layout (minified, foreign) is decoded whole, as before.
+
 Tables (pandas DataFrames), one set per rank:
 
 ``events``  one row per complete ("X") event, sorted by ts:
@@ -21,61 +26,30 @@ Tables (pandas DataFrames), one set per rank:
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
-import numpy as np
 import pandas as pd
 
 from workbench.errors import TraceError
+from workbench.load.columns import COMM_NAME, DECODER, EVENTS_DECODER, GPU_CATS, Columns, _Trace
+
+__all__ = ["COMM_NAME", "GPU_CATS", "MAX_TRACE_BYTES", "Trace", "iter_text", "read_bytes", "read_trace"]
 
 MAX_TRACE_BYTES = 8 << 30  # a decompressed trace over 8 GiB is refused rather than swapping
-
-
-class _Event(msgspec.Struct, gc=False):
-    name: str = ""
-    ph: str = ""
-    cat: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
-    pid: int | str = 0
-    tid: int | str = 0
-    args: msgspec.Raw = msgspec.Raw()
-
-
-class _Trace(msgspec.Struct, gc=False):
-    traceEvents: list[_Event] = []
-    distributedInfo: dict | None = None
-    deviceProperties: list | None = None
-    baseTimeNanoseconds: int | None = None
-    schemaVersion: int | None = None
-
-
-class _GpuArgs(msgspec.Struct, gc=False):
-    stream: int = -1
-    device: int = -1
-    bytes: int = 0
-
-
-class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated", "reserved": "Total Reserved", "device_type": "Device Type"}):
-    allocated: int | float = 0
-    reserved: int | float = 0
-    device_type: int = 0
-
-
-_DECODER = msgspec.json.Decoder(_Trace | list[_Event])
-_GPU_DECODER = msgspec.json.Decoder(_GpuArgs)
-_MEM_DECODER = msgspec.json.Decoder(_MemArgs)
-_ARGS_DECODER = msgspec.json.Decoder(dict)
-
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "Kernel"})
-# Events that carry collective metadata: NCCL's record_param_comms, the c10d dispatcher ops seen
-# on gloo, functional collectives, and the NCCL kernels themselves.
-COMM_NAME = re.compile(r"^(record_param_comms|c10d::|_c10d_functional::|nccl:|ncclKernel|ncclDevKernel|gloo:)")
+READ_BYTES = 1 << 20  # file bytes read at a time
+TEXT_BYTES = 4 << 20  # most decompressed text produced from one read (bounds a gzip bomb's step)
+SLICE_BYTES = 16 << 20  # JSON text decoded at once: ~50k Kineto events, ~40 MB of structs
+# Kineto writes each top-level event as "  {\n … \n  }" at two spaces, nested objects deeper,
+# and JSON strings cannot hold a raw newline: this separator only occurs between events.
+EVENT_SEP = b"\n  },\n  {"
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+HEAD_LIMIT = 1 << 20  # Kineto's header (device properties, distributedInfo) is a few KB
 
 
 @dataclass(slots=True)
@@ -104,40 +78,63 @@ class Trace:
     """How ``clock_offset_us`` was found: ``baseTimeNanoseconds``, ``first_step`` or ``none``."""
 
 
-def read_bytes(path: Path) -> bytes:
-    """The decompressed JSON text of a trace file, with one-line errors for what can go wrong."""
+def iter_text(path: Path) -> Iterator[bytes]:
+    """The decompressed JSON text of a trace file in pieces of at most TEXT_BYTES, with one-line
+    errors for what can go wrong (unreadable, corrupt or truncated gzip, a decompression bomb)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        f = open(path, "rb")
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if raw[:2] == b"\x1f\x8b":
+    with f:
         try:
-            # Decompress in pieces so that a bomb is refused before it fills memory.
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            parts, size = [], 0
-            for i in range(0, len(raw), 1 << 24):
-                chunk = d.decompress(raw[i : i + (1 << 24)], MAX_TRACE_BYTES + 1 - size)
-                size += len(chunk)
-                parts.append(chunk)
+            data = f.read(READ_BYTES)
+            if data[:2] != b"\x1f\x8b":
+                if os.fstat(f.fileno()).st_size > MAX_TRACE_BYTES:
+                    raise TraceError(path, f"larger than {MAX_TRACE_BYTES >> 30} GiB; trim it (fewer active steps)")
+                while data:
+                    yield data
+                    data = f.read(READ_BYTES)
+                return
+            yield from _gunzip(path, f, data)
+        except OSError as e:
+            raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _gunzip(path: Path, f, data: bytes) -> Iterator[bytes]:
+    # Bounded steps (max_length) so that a bomb is refused before it fills memory.
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    size = 0
+    try:
+        while data and not d.eof:
+            while data and not d.eof:
+                out = d.decompress(data, TEXT_BYTES)
+                data = d.unconsumed_tail
+                size += len(out)
                 if size > MAX_TRACE_BYTES:
                     raise TraceError(path, f"decompresses to more than {MAX_TRACE_BYTES >> 30} GiB; trim it (fewer active steps)")
-            parts.append(d.flush())
-            if not d.eof:
-                raise TraceError(path, "truncated gzip file (the writer was interrupted?); re-capture or drop this file")
-            return b"".join(parts)
-        except (zlib.error, EOFError, gzip.BadGzipFile) as e:
-            raise TraceError(path, f"corrupt gzip data ({e}); re-capture or drop this file") from None
-    if len(raw) > MAX_TRACE_BYTES:
-        raise TraceError(path, f"larger than {MAX_TRACE_BYTES >> 30} GiB; trim it (fewer active steps)")
-    return raw
+                if out:
+                    yield out
+            data = f.read(READ_BYTES)
+        out = d.flush()
+        if out:
+            yield out
+    except (zlib.error, EOFError, gzip.BadGzipFile) as e:
+        raise TraceError(path, f"corrupt gzip data ({e}); re-capture or drop this file") from None
+    if not d.eof:
+        raise TraceError(path, "truncated gzip file (the writer was interrupted?); re-capture or drop this file")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The whole decompressed JSON text of a trace file (see :func:`iter_text` for the errors)."""
+    return b"".join(iter_text(path))
 
 
 def _decode(path: Path, raw: bytes) -> _Trace:
     if not raw.strip():
         raise TraceError(path, "empty file; re-capture or drop this file")
     try:
-        doc = _DECODER.decode(raw)
+        doc = DECODER.decode(raw)
     except msgspec.ValidationError as e:
         raise TraceError(path, f"not a Kineto/Chrome trace ({e})") from None
     except msgspec.DecodeError as e:
@@ -148,60 +145,103 @@ def _decode(path: Path, raw: bytes) -> _Trace:
     return doc
 
 
-def read_trace(path: Path | str) -> Trace:
-    """Parse one trace file; raises :class:`TraceError` with the file and the problem."""
+class _NotSliceable(Exception):
+    """The text is not in Kineto's layout (or not valid): decode the whole file instead."""
+
+
+def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _Trace]:
+    """Decode the trace a slice of whole events at a time, holding one slice, never the file.
+
+    Correctness never rests on the layout: each slice must decode as a list of events, the text
+    before the events array must be the start of a top-level object, and the header plus the
+    last slice plus the tail must decode as a trace, so the slices are exactly the array's
+    elements. Anything else raises :class:`_NotSliceable` (minified or foreign JSON, corrupt
+    text), and the caller decodes the whole file, which also words the errors.
+    """
+    cols = Columns()
+    head, header = b"", None
+    pending: list[bytes] = []
+    size = 0
+    for chunk in iter_text(path):
+        if header is None:
+            head += chunk
+            m = _EVENTS_KEY.search(head)
+            if m is None:
+                if len(head) > HEAD_LIMIT:
+                    raise _NotSliceable
+                continue
+            _check_top_level(head[: m.start()])
+            header, chunk, head = head[: m.end() - 1], head[m.end():], b""
+        pending.append(chunk)
+        size += len(chunk)
+        if size < slice_bytes:
+            continue
+        buf = b"".join(pending)
+        pos = 0
+        while len(buf) - pos >= slice_bytes:
+            # the last event boundary within slice_bytes (or the first after it: a huge event)
+            i = buf.rfind(EVENT_SEP, pos, pos + slice_bytes)
+            if i < 0:
+                i = buf.find(EVENT_SEP, pos + slice_bytes)
+                if i < 0:
+                    break
+            text = bytearray(i - pos + 6)  # "[" + events + "]", one copy of the slice
+            text[0], text[-1] = 0x5B, 0x5D
+            text[1:-1] = memoryview(buf)[pos : i + 4]
+            try:
+                cols.add(EVENTS_DECODER.decode(text))
+            except msgspec.DecodeError:
+                raise _NotSliceable from None
+            del text
+            pos = i + 5  # skip the comma: the next slice starts at the next event's "\n  {"
+        rest = buf[pos:]
+        del buf
+        if len(rest) > 4 * slice_bytes:  # no event boundary in 64 MB: not Kineto's layout
+            raise _NotSliceable
+        pending, size = [rest], len(rest)
+    if header is None:
+        raise _NotSliceable
+    try:
+        doc = DECODER.decode(header + b"[" + b"".join(pending))
+    except msgspec.DecodeError:
+        raise _NotSliceable from None
+    if not isinstance(doc, _Trace):
+        raise _NotSliceable
+    cols.add(doc.traceEvents)
+    doc.traceEvents = []
+    return cols, doc
+
+
+def _check_top_level(prefix: bytes) -> None:
+    """The ``"traceEvents"`` key found must be a key of the top-level object, not inside a nested
+    object or a string: then the text before it, closed with ``}``, is a JSON object."""
+    try:
+        ok = isinstance(msgspec.json.decode(prefix.rstrip().rstrip(b",") + b"}"), dict)
+    except msgspec.DecodeError:
+        ok = False
+    if not ok:
+        raise _NotSliceable
+
+
+def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
+    """Parse one trace file; raises :class:`TraceError` with the file and the problem.
+
+    Kineto-layout text is decoded slice by slice (``slice_bytes`` of JSON at a time); anything
+    else falls back to decoding the whole file. Both give the same tables.
+    """
     path = Path(path)
-    doc = _decode(path, read_bytes(path))
-    evs = doc.traceEvents
-    if not evs:
+    try:
+        cols, doc = _read_sliced(path, slice_bytes)
+    except _NotSliceable:
+        doc = _decode(path, read_bytes(path))
+        cols = Columns()
+        cols.add(doc.traceEvents)
+        doc.traceEvents = []
+    if not cols.n_events:
         raise TraceError(path, "no traceEvents: not a torch.profiler trace")
-
-    threads: dict[str, str] = {}
-    complete: list[_Event] = []
-    mem_rows: list[tuple[float, int, int, int]] = []
-    for e in evs:
-        ph = e.ph
-        if ph == "X":
-            complete.append(e)
-        elif ph == "i" and e.name == "[memory]":
-            a = _MEM_DECODER.decode(e.args) if e.args else _MemArgs()
-            mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
-        elif ph == "M" and e.name == "thread_name" and e.args:
-            threads[str(e.tid)] = str(_ARGS_DECODER.decode(e.args).get("name", ""))
-    if not complete:
+    if not len(cols.ts):
         raise TraceError(path, "no complete ('X') events: not a torch.profiler trace")
-
-    is_gpu = np.fromiter((e.cat in GPU_CATS for e in complete), bool, len(complete))
-    stream = np.full(len(complete), -1, dtype=np.int64)
-    nbytes = np.zeros(len(complete), dtype=np.int64)
-    for i in np.flatnonzero(is_gpu):
-        a = complete[i].args
-        if a:
-            g = _GPU_DECODER.decode(a)
-            stream[i] = g.stream
-            nbytes[i] = g.bytes
-    events = pd.DataFrame(
-        {
-            "name": pd.Categorical([e.name for e in complete]),
-            "cat": pd.Categorical([e.cat for e in complete]),
-            "ts_us": np.fromiter((e.ts for e in complete), np.float64, len(complete)),
-            "dur_us": np.fromiter((e.dur for e in complete), np.float64, len(complete)),
-            "tid": pd.Categorical([str(e.tid) for e in complete]),
-            "stream": stream,
-            "is_gpu": is_gpu,
-            "bytes": nbytes,
-        }
-    )
-    gpu_tid = events["is_gpu"] & (events["stream"] >= 0)
-    if gpu_tid.any():
-        events["tid"] = events["tid"].cat.add_categories(
-            [f"stream {s}" for s in np.unique(stream[gpu_tid.to_numpy()]) if f"stream {s}" not in events["tid"].cat.categories]
-        )
-        events.loc[gpu_tid, "tid"] = [f"stream {s}" for s in stream[gpu_tid.to_numpy()]]
-    events = events.sort_values("ts_us", kind="stable", ignore_index=True)
-
-    comms = _comm_table(complete)
-    memory = pd.DataFrame(mem_rows, columns=["ts_us", "allocated_bytes", "reserved_bytes", "device_type"])
+    events, memory, comms = cols.tables()
     dist = doc.distributedInfo or {}
     first_step = None
     cats = events["name"].cat.categories
@@ -220,35 +260,7 @@ def read_trace(path: Path | str) -> Trace:
         comms=comms,
         distributed=dist,
         devices=list(doc.deviceProperties or []),
-        threads=threads,
+        threads=cols.threads,
         base_time_ns=doc.baseTimeNanoseconds,
         first_step=first_step,
     )
-
-
-_COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu", "tid"]
-
-
-def _comm_table(complete: list[_Event]) -> pd.DataFrame:
-    rows = []
-    for e in complete:
-        if not COMM_NAME.match(e.name):
-            continue
-        a = _ARGS_DECODER.decode(e.args) if e.args else {}
-        rows.append(
-            (
-                e.ts,
-                e.dur,
-                e.name,
-                a.get("Collective name") or e.name.split("::")[-1].split(":")[-1].rstrip("_"),
-                a.get("In msg nelems"),
-                a.get("Out msg nelems"),
-                a.get("dtype") or (a.get("Input type") or [None])[0],
-                a.get("Group size"),
-                a.get("Process Group Name"),
-                str(a.get("Input Dims")) if a.get("Input Dims") is not None else None,
-                e.cat in GPU_CATS,
-                str(e.tid),
-            )
-        )
-    return pd.DataFrame(rows, columns=_COMM_COLUMNS).sort_values("ts_us", ignore_index=True)

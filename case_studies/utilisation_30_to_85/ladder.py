@@ -1,0 +1,211 @@
+"""Run the case study's ladder: train each rung with profiling, diagnose it, compare it with the
+rung before, and write the raw numbers.
+
+    # on the GPU machine (one H200): calibrate the per-sample CPU cost, run gpu/*.toml
+    PYTHONPATH=. python case_studies/utilisation_30_to_85/ladder.py --scale gpu --out runs/case
+    # here (CPU, 2 gloo ranks): the same story at test scale (tests/test_case_study.py runs it)
+    python case_studies/utilisation_30_to_85/ladder.py --scale cpu --out /tmp/case
+    # anywhere with plotly: RESULTS.md's tables and figures from the raw numbers
+    python case_studies/utilisation_30_to_85/render.py case_studies/utilisation_30_to_85/results_gpu.json
+
+For every rung it records: hardware and versions, NVML mean GPU utilisation over the steady
+steps, trace GPU busy % (kernels) over the profiled steps, median step time, tokens/s, speed-up
+vs the baseline, the diagnoses, and — against the rung before — the measured gain next to the
+tool's estimate and whether the config change is one the tool recommended (a `fix` key of a
+diagnosis at warning or above on the rung before). No plotting here: the GPU box has no plotly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from workbench.compare import compare_runs  # noqa: E402
+from workbench.verdict import analyze_run  # noqa: E402
+
+SCALES = {
+    # scale: (rung directory, ranks, profiler schedule, steady-state first step)
+    "gpu": ("gpu", 1, "6,2,4", 3),
+    "cpu": ("cpu", 2, "4,1,3", 2),
+}
+
+
+def calibrate_round_ms(rounds: int = 400) -> float:
+    """CPU time of one round of the dataset's per-sample work (128x128 matmul + tanh), one thread,
+    as a DataLoader worker runs it (torch sets workers to one thread)."""
+    import torch
+
+    torch.set_num_threads(1)
+    m = torch.randn(128, 128)
+    for _ in range(50):
+        m = torch.tanh(m @ m.T / 11.0)
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        m = torch.tanh(m @ m.T / 11.0)
+    return (time.perf_counter() - t0) * 1e3 / rounds
+
+
+def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def changed_keys(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    a, b = flat(prev), flat(cur)
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def steady_steps(run_dir: Path, first: int, schedule: str) -> tuple[float, float | None, list[tuple[float, float]]]:
+    """Rank 0's steady state from steps_rank0.csv: (mean step ms, tokens/s, [(start, end)] of each step).
+
+    Steady = from step ``first`` on, leaving out the profiler's warm-up and recorded steps (the
+    profiler's own overhead, and its trace export between steps, are not the workload). The mean,
+    not the median: a starved loader stalls in bursts (N workers deliver N batches at once).
+    """
+    import pandas as pd
+
+    wait, warmup, active = (int(x) for x in schedule.split(","))
+    df = pd.read_csv(run_dir / "steps_rank0.csv")
+    s = df[(df["step"] >= first) & ~df["step"].between(wait, wait + warmup + active)]
+    step_ms = float(s["step_ms"].mean())
+    tokens = None
+    if "tokens" in s and s["tokens"].notna().any():
+        world = len(list(run_dir.glob("steps_rank*.csv")))
+        tokens = float(s["tokens"].sum() * world / (s["step_ms"].sum() / 1e3))
+    windows = list(zip(s["start_unix_s"], s["start_unix_s"] + s["step_ms"] / 1e3))
+    return step_ms, tokens, windows
+
+
+def nvml_mean(run_dir: Path, windows: list[tuple[float, float]]) -> tuple[float | None, str]:
+    """Mean NVML GPU utilisation (%) of the samples inside the steady steps, all ranks, and the source."""
+    import pandas as pd
+
+    vals, source = [], "none"
+    for f in sorted(run_dir.glob("nvml_rank*.csv")):
+        df = pd.read_csv(f)
+        source = str(df["source"].iloc[0]) if len(df) else source
+        inside = pd.Series(False, index=df.index)
+        for lo, hi in windows:
+            inside |= df["ts_unix_s"].between(lo, hi)
+        w = df[inside]
+        if source == "nvml" and w["gpu_util_pct"].notna().any():
+            vals.append(float(w["gpu_util_pct"].mean()))
+    return (sum(vals) / len(vals) if vals else None), source
+
+
+def run_rung(cfg: Path, out: Path, ranks: int, schedule: str, overrides: list[str]) -> int:
+    cmd = [sys.executable, "-m", "workbench", "train", "--config", str(cfg.relative_to(ROOT)), "--profile", "--out", str(out),
+           "--schedule", schedule, *(["--nproc-per-node", str(ranks)] if ranks > 1 else [])]
+    for o in overrides:
+        cmd += ["--set", o]
+    print("$", " ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"))
+
+
+def hardware(run_dir: Path) -> dict[str, Any]:
+    m = json.loads((run_dir / "manifest.json").read_text())
+    return {k: m.get(k) for k in ("device_name", "device_memory_bytes", "versions", "hosts", "world_size")} | {
+        "cpu_count": (m.get("ranks", {}).get("0") or {}).get("cpu_count")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale", choices=SCALES, required=True)
+    p.add_argument("--out", type=Path, required=True, help="where the rungs' run directories go")
+    p.add_argument("--rungs", default=None, help="comma-separated rung file stems (default: all, in order)")
+    p.add_argument("--sample-cost-ms", type=float, default=None,
+                   help="GPU scale: CPU ms per sample of the transform (calibrated into data.sample_cost)")
+    p.add_argument("--json", type=Path, default=None, help="results file (default OUT/results.json)")
+    args = p.parse_args(argv)
+
+    rung_dir, ranks, schedule, first = SCALES[args.scale]
+    rungs = sorted((HERE / rung_dir).glob("*.toml"))
+    if args.rungs:
+        wanted = args.rungs.split(",")
+        rungs = [r for r in rungs if r.stem in wanted]
+    overrides: list[str] = []
+    calibration = None
+    if args.sample_cost_ms:
+        round_ms = calibrate_round_ms()
+        cost = max(1, round(args.sample_cost_ms / round_ms))
+        overrides.append(f"data.sample_cost={cost}")
+        calibration = {"round_ms": round(round_ms, 4), "sample_cost_ms": args.sample_cost_ms, "sample_cost_rounds": cost}
+        print(f"calibration: one round = {round_ms:.4f} ms → data.sample_cost = {cost}", flush=True)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"scale": args.scale, "ranks": ranks, "schedule": schedule, "calibration": calibration,
+                               "overrides": overrides, "rungs": []}
+    prev = None
+    out_json = args.json or args.out / "results.json"
+    for cfg in rungs:
+        run_dir = args.out / cfg.stem
+        code = run_rung(cfg, run_dir, ranks, schedule, overrides)
+        raw_cfg = tomllib.loads(cfg.read_text())
+        entry: dict[str, Any] = {"rung": cfg.stem, "config": str(cfg.relative_to(ROOT)), "exit_code": code,
+                                 "run_dir": str(run_dir)}
+        if code != 0:
+            entry["error"] = "training failed; see the run's manifest"
+            results["rungs"].append(entry)
+            break
+        analysis = analyze_run(run_dir)
+        metrics = analysis.metrics()
+        step_ms, tokens, windows = steady_steps(run_dir, first, schedule)
+        util, source = nvml_mean(run_dir, windows)
+        entry.update(
+            hardware=hardware(run_dir),
+            nvml_mean_util_pct=util,
+            nvml_source=source,
+            trace_gpu_busy_pct=metrics.get("gpu_busy_pct"),
+            trace_compute_busy_pct=metrics.get("compute_busy_pct"),
+            step_ms=step_ms,
+            tokens_per_s=tokens,
+            breakdown_pct=analysis.breakdown_pct(),
+            diagnoses=[{k: d.to_dict()[k] for k in ("id", "severity", "title", "estimated_gain", "fix")} for d in analysis.diagnoses],
+            verdict=analysis.verdict,
+            config_flat=flat(raw_cfg),
+        )
+        base = results["rungs"][0] if results["rungs"] else entry
+        entry["speedup_vs_baseline"] = base["step_ms"] / step_ms
+        if prev is not None:
+            prev_entry, prev_analysis, prev_cfg = prev
+            cmp = compare_runs(prev_analysis, analysis).to_json()
+            changed = changed_keys(prev_cfg, raw_cfg)
+            recommended = [d for d in prev_entry["diagnoses"] if d["severity"] in ("warning", "critical")]
+            followed = [d["id"] for d in recommended if any(k in d["fix"] or any(k.startswith(f + ".") for f in d["fix"]) for k in changed)]
+            entry["vs_previous"] = {
+                "changed": changed,
+                "fix_of": followed,
+                "fix_followed": bool(followed),
+                "speedup_measured": prev_entry["step_ms"] / step_ms,
+                "estimated_speedup_max": {d["id"]: d["estimated_gain"].get("speedup_max") for d in recommended if d["id"] in followed},
+                "resolved": cmp.get("resolved"),
+                "new": cmp.get("new"),
+            }
+        print(f"== {cfg.stem}: step {step_ms:.1f} ms, NVML util {util if util is None else round(util, 1)}%, "
+              f"busy {entry['trace_gpu_busy_pct'] or entry['trace_compute_busy_pct']}%, "
+              f"×{entry['speedup_vs_baseline']:.2f} vs baseline; {analysis.verdict}", flush=True)
+        results["rungs"].append(entry)
+        prev = (entry, analysis, raw_cfg)
+        out_json.write_text(json.dumps(results, indent=2, default=str))  # after every rung: a cut-off run keeps its rungs
+
+    out_json.write_text(json.dumps(results, indent=2, default=str))
+    print(f"results: {out_json}")
+    return 0 if all(r.get("exit_code") == 0 for r in results["rungs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

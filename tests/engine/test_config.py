@@ -1,0 +1,73 @@
+"""Config loading and checks: typed fields, --set overrides, one-line errors before any process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import workbench
+from tests.engine.conftest import PRESETS
+from workbench.engine.config import Config, load_config
+from workbench.errors import WorkbenchError
+
+
+def test_presets_load_and_overrides_parse_as_toml():
+    for f in PRESETS.glob("*.toml"):
+        load_config(f)
+    cfg = load_config(PRESETS / "ddp_tiny.toml", ["data.num_workers=8", "parallel.mode=zero3", "train.lr=3e-4",
+                                                  'parallel.comm_hook="none"', "data.pin_memory=true"])
+    assert cfg.data.num_workers == 8 and cfg.parallel.mode == "zero3" and cfg.train.lr == 3e-4
+    assert cfg.data.pin_memory is True
+    assert (cfg.model.n_layer, cfg.model.d_model) == (2, 64)  # from the tiny preset
+    big = load_config(PRESETS / "gpt370m_ddp.toml").model
+    assert (big.n_layer, big.n_head, big.d_model, big.seq_len) == (24, 16, 1024, 1024)
+    assert 340e6 < big.num_params() < 380e6
+
+
+def test_model_param_count_matches_the_built_model():
+    from workbench.engine.model import GPT
+
+    for tie in (True, False):
+        cfg = load_config(None, ["model.preset=small", f"model.tie_embeddings={str(tie).lower()}"]).model
+        assert GPT(cfg).num_params() == cfg.num_params()
+
+
+@pytest.mark.parametrize("sets, world, message", [
+    (["data.bogus=1"], 1, "unknown config key data.bogus"),
+    (["optim.lr=1"], 1, "unknown config section 'optim'"),
+    (["parallel.mode=tp", "parallel.tp=3"], 3, "parallel.tp (3) must divide model.n_head (4)"),
+    (["parallel.mode=tp"], 3, "tensor-parallel degree 3 must divide model.n_head (4)"),
+    (["parallel.mode=tp", "parallel.tp=2"], 3, "world size 3 is not divisible by parallel.tp x parallel.pp = 2"),
+    (["parallel.comm_hook=powersgd", "parallel.bucket_cap_mb=0.1"], 2, "PowerSGD on gloo needs one DDP bucket"),
+    (["parallel.mode=zero3", "parallel.comm_hook=fp16"], 2, "is a DDP comm hook"),
+    (["parallel.mode=pp", "parallel.pp=2"], 2, "tie_embeddings = false"),
+    (["data.num_workers=0", "data.prefetch_factor=4"], 1, "need data.num_workers > 0"),
+    (["parallel.mode=single"], 2, "runs on one rank, not 2"),
+    (["data.batch_size=\"eight\""], 1, "config section 'data'"),
+])
+def test_impossible_configs_are_one_clear_error(sets, world, message):
+    with pytest.raises(WorkbenchError, match=None) as e:
+        load_config(PRESETS / "ddp_tiny.toml", sets).check_world(world)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_refuses_before_any_process_starts(tmp_path):
+    t0 = time.perf_counter()
+    r = workbench("train", "--config", PRESETS / "tp_tiny.toml", "--nproc-per-node", "3", "--profile", "--out", tmp_path / "run")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines == ["workbench: error: tensor-parallel degree 3 must divide model.n_head (4)"]
+    assert not (tmp_path / "run").exists()  # no run directory, no rank started
+    assert time.perf_counter() - t0 < 60
+    r = workbench("train", "--config", tmp_path / "missing.toml")
+    assert r.returncode == 2 and "config file not found" in r.stderr
+
+
+def test_help_shows_an_example():
+    r = workbench("train", "--help")
+    assert r.returncode == 0 and "workbench train --config case_studies/engine/" in r.stdout
+
+
+def test_defaults_are_valid():
+    Config().check_world(1)

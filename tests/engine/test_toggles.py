@@ -1,0 +1,85 @@
+"""Each toggle changes the trace as it should: `workbench train --profile` on 2 gloo ranks, then
+the loaded trace (3 profiled steps) is asserted against the baseline run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.conftest import profiled
+
+pytestmark = pytest.mark.slow
+CFG = "ddp_tiny.toml"
+
+
+def _steps(trace) -> int:
+    n = int(trace.events["name"].astype(str).str.startswith("ProfilerStep#").sum())
+    assert n == 3
+    return n
+
+
+def _per_step(trace, name_prefix: str) -> float:
+    """Collectives whose c10d op name starts with ``name_prefix``, per profiled step."""
+    c = trace.comms
+    return int(c["name"].astype(str).str.startswith(name_prefix).sum()) / _steps(trace)
+
+
+def _dur_ms(trace, names: tuple[str, ...]) -> float:
+    ev = trace.events
+    return float(ev.loc[ev["name"].astype(str).str.startswith(names), "dur_us"].sum()) / 1e3
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    return profiled(tmp_path_factory.mktemp("base"), "ddp", CFG)
+
+
+def test_bucket_size_sets_all_reduces_per_step(baseline, tmp_path):
+    small = profiled(tmp_path, "small_buckets", CFG, "parallel.bucket_cap_mb=0.02")
+    # one 0.46 MB bucket (+ the loss all-reduce for the log line) vs ~0.02 MB buckets
+    assert _per_step(baseline.traces[0], "c10d::allreduce_") == 2
+    assert _per_step(small.traces[0], "c10d::allreduce_") >= 6
+
+
+def test_fp16_compression_sends_half(baseline, tmp_path):
+    fp16 = profiled(tmp_path, "fp16", CFG, "parallel.comm_hook=fp16")
+
+    def biggest_dtype(run):
+        c = run.traces[0].comms
+        g = c[c["name"].astype(str) == "gloo:all_reduce"]
+        return str(g.loc[g["input_dims"].str.len().idxmax(), "dtype"])
+
+    assert biggest_dtype(baseline) == "float"
+    assert biggest_dtype(fp16) == "c10::Half"
+
+
+def test_zero3_all_gathers_more_than_zero2(tmp_path):
+    z2 = profiled(tmp_path, "zero2", CFG, "parallel.mode=zero2", "parallel.mixed_precision=fp32")
+    z3 = profiled(tmp_path, "zero3", CFG, "parallel.mode=zero3", "parallel.mixed_precision=fp32")
+    g2, g3 = (_per_step(r.traces[0], "c10d::_allgather_base_") for r in (z2, z3))
+    # ZeRO-2: root + 2 blocks gathered once (forward); ZeRO-3 gathers the 2 blocks again in backward
+    assert g2 == 3 and g3 == 5
+
+
+def test_redundant_allgather_adds_gathers(baseline, tmp_path):
+    bad = profiled(tmp_path, "redundant", CFG, "faults.redundant_allgather=true")
+    assert _per_step(baseline.traces[0], "c10d::_allgather_base_") == 0
+    assert _per_step(bad.traces[0], "c10d::_allgather_base_") == 2  # one per block per micro-batch
+
+
+def test_workers_hide_dataloader_wait(tmp_path):
+    slow = ("data.sample_latency_ms=10", "data.batch_size=4")  # 40 ms of waiting per batch
+    w0 = profiled(tmp_path, "w0", CFG, *slow, "data.num_workers=0")
+    w4 = profiled(tmp_path, "w4", CFG, *slow, "data.num_workers=4", "data.prefetch_factor=4")
+    waits = [_dur_ms(r.traces[0], ("enumerate(DataLoader)",)) / 3 for r in (w0, w4)]
+    assert waits[0] > 30  # every step waits for its 4 samples
+    assert waits[0] > 3 * waits[1], waits
+
+
+def test_straggler_rank_computes_longer(tmp_path):
+    run = profiled(tmp_path, "straggler", CFG, "faults.straggler_rank=1", "faults.straggler_ms=150")
+    t0, t1 = run.traces[0], run.traces[1]
+    ops = ("aten::mm", "aten::tanh")
+    # rank 1 does 150 ms of extra matmuls per step; rank 0 waits for it inside the all-reduce
+    assert _dur_ms(t1, ops) - _dur_ms(t0, ops) > 0.3 * 150 * 3
+    wait = ("gloo:all_reduce",)
+    assert _dur_ms(t0, wait) > _dur_ms(t1, wait) + 0.3 * 150 * 3

@@ -1,0 +1,103 @@
+"""``parallelize()``: apply the parallelisms of the config to a freshly built model, in order.
+
+The order follows torchtitan: tensor parallel first (it rewrites Linear weights into DTensors),
+then activation checkpointing and compile (they wrap blocks and must see the final weights),
+then the data-parallel wrapper (FSDP2 shards what TP left; DDP registers hooks on the result).
+Pipeline parallel cuts the model into a stage before any of that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from workbench.engine.config import Config
+from workbench.engine.faults import add_redundant_allgather
+
+
+@dataclass(slots=True)
+class Parallelized:
+    model: nn.Module
+    """What the loop calls (DDP / FSDP module / pipeline stage / plain model)."""
+    dp_rank: int
+    dp_size: int
+    dp_group: dist.ProcessGroup | None
+    """Group over which the batch is split (None: the default group)."""
+    autocast_dtype: torch.dtype | None
+    """bf16 autocast around forward (None: fp32, or FSDP2's MixedPrecisionPolicy does it)."""
+    schedule: Any = None
+    """Pipeline schedule (mode pp), else None."""
+    pp_rank: int = 0
+    pp_size: int = 1
+    pp_group: dist.ProcessGroup | None = None
+    mesh: DeviceMesh | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _bf16(cfg: Config, device: torch.device) -> bool:
+    mp = cfg.parallel.mixed_precision
+    return mp == "bf16" or (mp == "auto" and device.type == "cuda")
+
+
+def apply_ac(model: nn.Module) -> None:
+    """Recompute each block in backward instead of storing its activations (non-reentrant)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for name, block in list(model.blocks.items()):
+        model.blocks[name] = checkpoint_wrapper(block)
+
+
+def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallelized:
+    p, world = cfg.parallel, dist.get_world_size()
+    dp, tp, pp = cfg.degrees(world)
+    bf16 = _bf16(cfg, device)
+    autocast = torch.bfloat16 if bf16 else None
+    out = Parallelized(model=model, dp_rank=0, dp_size=1, dp_group=None, autocast_dtype=autocast)
+
+    # 1. pipeline: keep this rank's stage only (the schedule drives forward and backward)
+    if p.mode == "pp":
+        out.mesh = init_device_mesh(device.type, (pp,), mesh_dim_names=("pp",))
+        out.pp_group, out.pp_rank, out.pp_size = out.mesh.get_group("pp"), out.mesh.get_local_rank("pp"), pp
+        from workbench.engine.parallel.pp import apply_pp
+
+        model, out.schedule = apply_pp(model, stage=out.pp_rank, stages=pp, group=out.pp_group, device=device,
+                                       schedule=p.pp_schedule, microbatches=p.microbatches)
+    # 2. tensor parallel over the "tp" mesh dimension (dp x tp mesh, dp may be 1)
+    if p.mode == "tp":
+        out.mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        from workbench.engine.parallel.tp import apply_tp
+
+        apply_tp(model, out.mesh["tp"])
+        if dp > 1:
+            out.dp_group, out.dp_rank, out.dp_size = out.mesh.get_group("dp"), out.mesh.get_local_rank("dp"), dp
+    elif p.mode not in ("pp", "single"):
+        out.dp_rank, out.dp_size = dist.get_rank(), world
+    # 3. the fault: extra all-gathers after every block, over the ranks that run blocks in lockstep
+    if cfg.faults.redundant_allgather:
+        add_redundant_allgather(list(model.blocks.values()), out.dp_group)
+    # 4. activation checkpointing, then compile, on the final blocks
+    if cfg.train.activation_checkpointing:
+        apply_ac(model)
+    if cfg.train.compile:
+        for block in model.blocks.values():
+            block.compile()
+    # 5. data parallel: DDP (+ZeRO-1 optimizer later), or FSDP2 (ZeRO-2/3, or the dp dim of 2D)
+    if p.mode in ("ddp", "zero1"):
+        from workbench.engine.parallel.ddp import apply_ddp
+
+        model = apply_ddp(model, p, device)
+    elif p.mode in ("zero2", "zero3") or (p.mode == "tp" and dp > 1):
+        from workbench.engine.parallel.fsdp import apply_fsdp
+
+        mesh = out.mesh["dp"] if out.mesh is not None else init_device_mesh(device.type, (dp,), mesh_dim_names=("dp",))
+        reshard = p.reshard_after_forward if p.reshard_after_forward is not None else p.mode != "zero2"
+        apply_fsdp(model, mesh, reshard_after_forward=reshard, bf16=bf16, cpu_offload=p.cpu_offload,
+                   prefetch=p.fsdp_prefetch)
+        out.autocast_dtype = None  # FSDP2 casts parameters itself (MixedPrecisionPolicy)
+    out.model = model
+    return out

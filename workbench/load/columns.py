@@ -1,0 +1,188 @@
+"""The per-event columns workbench keeps from a Kineto trace, accumulated slice by slice.
+
+msgspec decodes events into typed structs that keep 7 fields and leave ``args`` as raw bytes;
+:class:`Columns` folds each batch of structs into compact arrays (float64 times, int32 codes
+for names, categories and threads) and decodes ``args`` only for the few events analysis reads
+(GPU kernels' stream and bytes, memory samples, collectives, thread names). The loader feeds it
+one slice of ~50k events at a time and drops the slice, so a 500k-event trace never exists as
+500k Python objects at once (that, not the JSON text, is what made a whole-file decode peak at
+~640 MiB on a 153 MB trace). The whole-file fallback feeds it all events in one batch; either way
+the tables come out of :meth:`Columns.tables`, so both paths give the same frames.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+
+class _Event(msgspec.Struct, gc=False):
+    name: str = ""
+    ph: str = ""
+    cat: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    pid: int | str = 0
+    tid: int | str = 0
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _Trace(msgspec.Struct, gc=False):
+    traceEvents: list[_Event] = []
+    distributedInfo: dict | None = None
+    deviceProperties: list | None = None
+    baseTimeNanoseconds: int | None = None
+    schemaVersion: int | None = None
+
+
+class _GpuArgs(msgspec.Struct, gc=False):
+    stream: int = -1
+    device: int = -1
+    bytes: int = 0
+
+
+class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated", "reserved": "Total Reserved", "device_type": "Device Type"}):
+    allocated: int | float = 0
+    reserved: int | float = 0
+    device_type: int = 0
+
+
+DECODER = msgspec.json.Decoder(_Trace | list[_Event])
+EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_GPU_DECODER = msgspec.json.Decoder(_GpuArgs)
+_MEM_DECODER = msgspec.json.Decoder(_MemArgs)
+_ARGS_DECODER = msgspec.json.Decoder(dict)
+
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "Kernel"})
+# Events that carry collective metadata: NCCL's record_param_comms, the c10d dispatcher ops seen
+# on gloo, functional collectives, and the NCCL kernels themselves.
+COMM_NAME = re.compile(r"^(record_param_comms|c10d::|_c10d_functional::|nccl:|ncclKernel|ncclDevKernel|gloo:)")
+
+COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu", "tid"]
+MEMORY_COLUMNS = ["ts_us", "allocated_bytes", "reserved_bytes", "device_type"]
+
+
+def _codes(values, table: dict[str, int]) -> list[int]:
+    # setdefault evaluates len(table) before inserting, so a new value gets the next code
+    return [table.setdefault(v, len(table)) for v in values]
+
+
+def _categorical(codes: array, table: dict[str, int]) -> pd.Categorical:
+    """Codes in first-seen order → a Categorical with sorted categories, as pd.Categorical(values)
+    would infer them (same categories, same dtype), without materialising one str per event."""
+    labels = list(table)
+    order = sorted(range(len(labels)), key=labels.__getitem__)
+    remap = np.empty(len(labels), dtype=np.int32)
+    remap[order] = np.arange(len(labels), dtype=np.int32)
+    return pd.Categorical.from_codes(remap[np.frombuffer(codes, dtype=np.int32)],
+                                     categories=pd.Index([labels[i] for i in order]))
+
+
+class Columns:
+    """Kept columns of the events fed to :meth:`add` in file order (complete events, memory
+    samples, collectives, thread names)."""
+
+    def __init__(self) -> None:
+        self.n_events = 0
+        self.names: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        self.tids: dict[str, int] = {}
+        self.name_code, self.cat_code, self.tid_code = array("i"), array("i"), array("i")
+        self.ts, self.dur = array("d"), array("d")
+        # GPU events' stream and bytes, by row: a fraction of the rows, so stored sparsely
+        self.gpu_row, self.gpu_stream, self.gpu_bytes = array("q"), array("q"), array("q")
+        self.is_comm_name: list[bool] = []  # by name code
+        self.comm_rows: list[tuple] = []
+        self.mem_rows: list[tuple[float, int, int, int]] = []
+        self.threads: dict[str, str] = {}
+
+    def add(self, events: list[_Event]) -> None:
+        self.n_events += len(events)
+        complete: list[_Event] = []
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                complete.append(e)
+            elif ph == "i" and e.name == "[memory]":
+                a = _MEM_DECODER.decode(e.args) if e.args else _MemArgs()
+                self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
+            elif ph == "M" and e.name == "thread_name" and e.args:
+                self.threads[str(e.tid)] = str(_ARGS_DECODER.decode(e.args).get("name", ""))
+        if not complete:
+            return
+        base = len(self.ts)
+        names = _codes([e.name for e in complete], self.names)
+        self.name_code.extend(names)
+        self.cat_code.extend(_codes([e.cat for e in complete], self.cats))
+        self.tid_code.extend(_codes([str(e.tid) for e in complete], self.tids))
+        self.ts.extend([e.ts for e in complete])
+        self.dur.extend([e.dur for e in complete])
+        for i, e in enumerate(complete):
+            if e.cat in GPU_CATS and e.args:
+                g = _GPU_DECODER.decode(e.args)
+                self.gpu_row.append(base + i)
+                self.gpu_stream.append(g.stream)
+                self.gpu_bytes.append(g.bytes)
+        # the COMM_NAME regex runs once per distinct name, not once per event
+        flags = self.is_comm_name
+        flags.extend(bool(COMM_NAME.match(n)) for n in list(self.names)[len(flags):])
+        flags_np = np.array(flags, dtype=bool)
+        for i in np.flatnonzero(flags_np[np.array(names, dtype=np.int64)]):
+            self.comm_rows.append(_comm_row(complete[i]))
+
+    def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """(events, memory, comms) as documented in :mod:`workbench.load.trace`."""
+        n = len(self.ts)
+        cat = _categorical(self.cat_code, self.cats)
+        gpu_cat = np.array([c in GPU_CATS for c in cat.categories], dtype=bool)
+        is_gpu = gpu_cat[cat.codes] if len(gpu_cat) else np.zeros(n, dtype=bool)
+        stream = np.full(n, -1, dtype=np.int64)
+        nbytes = np.zeros(n, dtype=np.int64)
+        rows = np.frombuffer(self.gpu_row, dtype=np.int64)
+        stream[rows] = np.frombuffer(self.gpu_stream, dtype=np.int64)
+        nbytes[rows] = np.frombuffer(self.gpu_bytes, dtype=np.int64)
+        events = pd.DataFrame(
+            {
+                "name": _categorical(self.name_code, self.names),
+                "cat": cat,
+                "ts_us": np.frombuffer(self.ts, dtype=np.float64).copy(),
+                "dur_us": np.frombuffer(self.dur, dtype=np.float64).copy(),
+                "tid": _categorical(self.tid_code, self.tids),
+                "stream": stream,
+                "is_gpu": is_gpu,
+                "bytes": nbytes,
+            }
+        )
+        # GPU events live on their stream, not on the CPU thread id Kineto files them under
+        gpu_tid = events["is_gpu"] & (events["stream"] >= 0)
+        if gpu_tid.any():
+            events["tid"] = events["tid"].cat.add_categories(
+                [f"stream {s}" for s in np.unique(stream[gpu_tid.to_numpy()]) if f"stream {s}" not in events["tid"].cat.categories]
+            )
+            events.loc[gpu_tid, "tid"] = [f"stream {s}" for s in stream[gpu_tid.to_numpy()]]
+        events = events.sort_values("ts_us", kind="stable", ignore_index=True)
+        memory = pd.DataFrame(self.mem_rows, columns=MEMORY_COLUMNS)
+        comms = pd.DataFrame(self.comm_rows, columns=COMM_COLUMNS).sort_values("ts_us", ignore_index=True)
+        return events, memory, comms
+
+
+def _comm_row(e: _Event) -> tuple:
+    a = _ARGS_DECODER.decode(e.args) if e.args else {}
+    return (
+        e.ts,
+        e.dur,
+        e.name,
+        a.get("Collective name") or e.name.split("::")[-1].split(":")[-1].rstrip("_"),
+        a.get("In msg nelems"),
+        a.get("Out msg nelems"),
+        a.get("dtype") or (a.get("Input type") or [None])[0],
+        a.get("Group size"),
+        a.get("Process Group Name"),
+        str(a.get("Input Dims")) if a.get("Input Dims") is not None else None,
+        e.cat in GPU_CATS,
+        str(e.tid),
+    )
