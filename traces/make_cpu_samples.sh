@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Regenerate the engine's CPU sample runs in traces/ (2 gloo ranks each, ~6 s a run):
+#   bash traces/make_cpu_samples.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+run() {  # name, config, --set overrides...
+  local name=$1 cfg=$2; shift 2
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  rm -rf "traces/$name"
+  python -m workbench train --config "$cfg" --nproc-per-node 2 --profile --no-analyze --schedule 2,1,3 \
+      --out "traces/$name" --set train.steps=8 "${sets[@]}" > /dev/null
+  echo "traces/$name: $(python -m workbench analyze --json "traces/$name" | python -c 'import json,sys; d=json.load(sys.stdin); print([(x["id"], x["severity"]) for x in d["diagnoses"]])')"
+}
+E=case_studies/engine
+# healthy: the engine's defaults with workers, on a model big enough that compute dominates
+run engine_healthy    $E/ddp_tiny.toml   model.preset='"small"' data.num_workers=2 data.persistent_workers=true
+run engine_ddp        $E/ddp_tiny.toml   data.num_workers=2 data.persistent_workers=true
+run engine_zero1      $E/ddp_tiny.toml   parallel.mode='"zero1"'
+run engine_zero2      $E/zero3_tiny.toml parallel.mode='"zero2"'
+run engine_zero3      $E/zero3_tiny.toml
+run engine_tp         $E/tp_tiny.toml
+run engine_pp_gpipe_m2  $E/pp_tiny.toml  parallel.pp_schedule='"gpipe"' parallel.microbatches=2
+run engine_pp_1f1b_m8   $E/pp_tiny.toml  parallel.microbatches=8 data.batch_size=16
+run fault_straggler   $E/ddp_tiny.toml   faults.straggler_rank=1 faults.straggler_ms=40
+run fault_redundant_allgather $E/ddp_tiny.toml faults.redundant_allgather=true
+run fault_slow_data   $E/ddp_tiny.toml   faults.slow_data=true
