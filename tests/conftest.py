@@ -46,22 +46,24 @@ def load_json_trace(path: Path) -> dict:
         return json.load(f)
 
 
-@pytest.fixture(scope="session")
-def tb_slow(tmp_path_factory) -> Path:
-    """A bare tensorboard_trace_handler directory: 2-rank DDP, num_workers=0, slow dataset."""
-    out = tmp_path_factory.mktemp("tb_slow")
-    r = torchrun(2, EXAMPLE, "--num-workers", "0", "--tb-trace-dir", out)
+def tb_run(tmp_path_factory, name: str, workers: int) -> Path:
+    """A bare tensorboard_trace_handler directory of the 2-rank DDP example (no workbench)."""
+    out = tmp_path_factory.mktemp(name)
+    r = torchrun(2, EXAMPLE, "--num-workers", str(workers), "--tb-trace-dir", out)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def tb_slow(tmp_path_factory) -> Path:
+    """num_workers=0 and a slow dataset: the training loop waits on input."""
+    return tb_run(tmp_path_factory, "tb_slow", 0)
 
 
 @pytest.fixture(scope="session")
 def tb_fast(tmp_path_factory) -> Path:
     """The same run with enough DataLoader workers to hide the per-sample cost."""
-    out = tmp_path_factory.mktemp("tb_fast")
-    r = torchrun(2, EXAMPLE, "--num-workers", "4", "--tb-trace-dir", out)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out
+    return tb_run(tmp_path_factory, "tb_fast", 4)
 
 
 @pytest.fixture(scope="session")
