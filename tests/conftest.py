@@ -63,7 +63,7 @@ def tb_slow(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tb_fast(tmp_path_factory) -> Path:
     """The same run with enough DataLoader workers to hide the per-sample cost."""
-    return tb_run(tmp_path_factory, "tb_fast", 4)
+    return tb_run(tmp_path_factory, "tb_fast", 8)
 
 
 @pytest.fixture(scope="session")
