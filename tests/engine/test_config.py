@@ -71,3 +71,17 @@ def test_help_shows_an_example():
 
 def test_defaults_are_valid():
     Config().check_world(1)
+
+
+def test_manifest_flops_per_token_matches_the_model():
+    """`workbench train --profile` records PaLM FLOPs/token from the config (no model built);
+    it must equal GPT.flops_per_token(), which the engine's own MFU line uses."""
+    import torch  # noqa: F401  (GPT needs it; the CLI path does not)
+
+    from workbench.engine.config import load_config
+    from workbench.engine.model import GPT
+
+    for preset in ("ddp_tiny", "pp_tiny", "tp_tiny"):
+        m = load_config(f"case_studies/engine/{preset}.toml").model
+        flops = 6 * (m.num_params() - m.seq_len * m.d_model) + 12 * m.n_layer * m.n_head * (m.d_model // m.n_head) * m.seq_len
+        assert flops == GPT(m).flops_per_token()

@@ -62,7 +62,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg.check_world(_world_size(args.nproc_per_node), gpu=torch.cuda.is_available())
     script_args = ["--config", str(args.config), *[a for o in args.overrides for a in ("--set", o)]]
     if args.profile:
-        return _train_profiled(args, script_args, config_to_dict(cfg))
+        m = cfg.model
+        # PaLM appendix B (as GPT.flops_per_token): lets the app show MFU for engine runs
+        flops = 6 * (m.num_params() - m.seq_len * m.d_model) + 12 * m.n_layer * m.n_head * (m.d_model // m.n_head) * m.seq_len
+        return _train_profiled(args, script_args, {**config_to_dict(cfg), "flops_per_token": flops})
     from workbench.capture.launcher import already_a_rank
 
     if already_a_rank():  # one rank of a torchrun/srun job: train in this process
