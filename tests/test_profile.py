@@ -20,9 +20,11 @@ def test_profile_two_ranks_writes_the_contract(profiled_slow):
     assert m["schema_version"] == contract.SCHEMA_VERSION
     assert m["status"] == "ok" and m["exit_code"] == 0 and m["world_size"] == 2
     assert m["versions"]["torch"] and m["hosts"] and m["end_utc"]
+    assert str(out.parent) not in (out / "manifest.json").read_text()
     for rank in (0, 1):
         trace = load_json_trace(out / f"rank{rank}.pt.trace.json.gz")
         assert trace["distributedInfo"]["rank"] == rank
+        assert trace["traceName"] == f"rank{rank}.pt.trace.json.gz"  # no machine path in a run dir
         steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
         assert len(steps) == 3  # schedule 1,1,3
         rows = pd.read_csv(out / f"steps_rank{rank}.csv")
