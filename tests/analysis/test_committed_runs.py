@@ -76,3 +76,14 @@ def test_compare_slow_and_fixed_data_cli():
     assert "dataloader_stall" in resolved
     assert 1.0 < out["speedup_measured"] <= resolved["dataloader_stall"]["estimated_speedup_max"]
     assert resolved["dataloader_stall"]["within_estimate"] is True
+
+
+def test_nccl_collectives_read_from_record_param_comms():
+    """A real NCCL trace (FSDP2, one H200, world size 1: only the loss all-reduce communicates):
+    the inventory's size, dtype and group come from record_param_comms' metadata."""
+    a = analyze_run(TRACES / "gpu_fsdp2_370m")
+    inv = [c for c in a.to_json()["collectives"] if c["op"] == "all_reduce"]
+    assert inv, a.to_json()["collectives"]
+    c = inv[0]
+    assert c["bytes"] == 4 and c["group_size"] == 1 and c["dtype"].lower().startswith("float")
+    assert c["calls_per_step"] == 1
