@@ -42,6 +42,11 @@ def test_model_param_count_matches_the_built_model():
     (["parallel.comm_hook=powersgd", "parallel.bucket_cap_mb=0.1"], 2, "PowerSGD on gloo needs one DDP bucket"),
     (["parallel.mode=zero3", "parallel.comm_hook=fp16"], 2, "is a DDP comm hook"),
     (["parallel.mode=pp", "parallel.pp=2"], 2, "tie_embeddings = false"),
+    (["model.tie_embeddings=false", "model.n_layer=4", "parallel.mode=pp", "parallel.pp=3"], 4, "world size 4 is not divisible by parallel.tp x parallel.pp = 3"),
+    (["model.tie_embeddings=false", "parallel.mode=pp", "parallel.dp=2", "parallel.pp=2"], 2, "world size 2 != parallel.dp x tp x pp = 2 x 1 x 2"),
+    (["model.tie_embeddings=false", "parallel.mode=pp", "parallel.dp=2"], 8, "4 pipeline stages need model.n_layer >= 4"),
+    (["parallel.mode=pp", "parallel.tp=2", "parallel.pp=2"], 8, "dp x tp x pp (3-D) is not supported"),
+    (["parallel.mode=tp", "parallel.pp=2"], 8, "dp x tp x pp (3-D) is not supported"),
     (["data.num_workers=0", "data.prefetch_factor=4"], 1, "need data.num_workers > 0"),
     (["parallel.mode=single"], 2, "runs on one rank, not 2"),
     (["data.batch_size=\"eight\""], 1, "config section 'data'"),
@@ -50,6 +55,17 @@ def test_impossible_configs_are_one_clear_error(sets, world, message):
     with pytest.raises(WorkbenchError, match=None) as e:
         load_config(PRESETS / "ddp_tiny.toml", sets).check_world(world)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("sets, world, degrees", [
+    (["parallel.pp=2"], 4, (2, 1, 2)),  # dp from the world size
+    (["parallel.dp=2"], 4, (2, 1, 2)),  # pp from the world size
+    ([], 2, (1, 1, 2)),
+])
+def test_dp_by_pp_layouts_are_accepted(sets, world, degrees):
+    cfg = load_config(PRESETS / "pp_tiny.toml", sets)
+    cfg.check_world(world)
+    assert cfg.degrees(world) == degrees
 
 
 def test_cli_refuses_before_any_process_starts(tmp_path):

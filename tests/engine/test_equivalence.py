@@ -1,7 +1,7 @@
 """Same seed, same data: every parallel layout gives the single-process losses (real gloo ranks).
 
 Data-parallel layouts split a batch of 8 into 2 x 4 (the sampler interleaves ranks, so the union
-is the reference batch); TP and PP see the whole batch on every rank. Tolerances: 1e-5 relative
+is the reference batch); TP and PP see the whole batch on every rank, DP x PP half of it per pipeline. Tolerances: 1e-5 relative
 for DDP / ZeRO-1/2/3 (only the all-reduce's summation order differs), 1e-4 for TP and PP (matmuls
 split along the reduction dimension and summed across ranks round differently).
 """
@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import pytest
 
+import re
+
 from tests.engine.conftest import losses, train
 
 pytestmark = pytest.mark.slow
 STEPS = 5
+_NORM = re.compile(r"^step (\d+) loss \S+ grad_norm (\S+)", re.M)
 
 
-def _run(config, *sets, nproc):
+def _run_log(config, *sets, nproc):
+    """(losses, grad norms) of each step, from rank 0's log lines."""
     r = train(config, f"train.steps={STEPS}", *sets, nproc=nproc)
     assert r.returncode == 0, r.stderr[-3000:]
     got = losses(r.stdout)
     assert sorted(got) == list(range(STEPS)), r.stdout
-    return [got[s] for s in range(STEPS)]
+    norms = {int(s): float(v) for s, v in _NORM.findall(r.stdout)}
+    return [got[s] for s in range(STEPS)], [norms[s] for s in range(STEPS)]
+
+
+def _run(config, *sets, nproc):
+    return _run_log(config, *sets, nproc=nproc)[0]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +38,7 @@ def reference():
     return {
         "dp": _run("ddp_tiny.toml", "parallel.mode=single", "data.batch_size=8", nproc=1),
         "tp": _run("tp_tiny.toml", "parallel.mode=single", nproc=1),
-        "pp": _run("pp_tiny.toml", "parallel.mode=single", nproc=1),
+        "pp": _run_log("pp_tiny.toml", "parallel.mode=single", nproc=1),
     }
 
 
@@ -50,7 +59,32 @@ def test_tensor_parallel_losses_match_single_process(reference):
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_pipeline_losses_match_single_process(reference, schedule):
-    _close(_run("pp_tiny.toml", f"parallel.pp_schedule={schedule}", nproc=2), reference["pp"], 1e-4)
+    _close(_run("pp_tiny.toml", f"parallel.pp_schedule={schedule}", nproc=2), reference["pp"][0], 1e-4)
+
+
+def test_dp_by_pp_on_four_ranks(reference):
+    # dp=2 x pp=2 from one (dp, pp) mesh, each stage FSDP2-sharded over its dp pair: each pipeline
+    # gets half of the reference batch of 8 (4 samples in 2 micro-batches), its two stages the same
+    # half. The logged grad norm is the global one (both stages, both dp shards): it must equal the
+    # single process's, whose every gradient entry lives on one rank (clipping scales by it).
+    want_loss, want_norm = reference["pp"]
+    got_loss, got_norm = _run_log("pp_tiny.toml", "parallel.pp=2", "data.batch_size=4", "parallel.microbatches=2",
+                                  nproc=4)
+    _close(got_loss, want_loss, 1e-4)
+    assert got_norm == pytest.approx(want_norm, rel=1e-4), f"{got_norm} vs {want_norm}"
+
+
+def test_dp_by_pp_clips_by_the_global_grad_norm():
+    # AdamW hardly notices a wrong clipping factor (it normalizes the update): SGD at lr 0.5 with
+    # grad_clip 0.3, below every step's norm, makes each step's update proportional to the factor,
+    # so a norm missing a stage's or a dp shard's share would change the losses
+    sets = ("train.optimizer=sgd", "train.lr=0.5", "train.grad_clip=0.3")
+    want_loss, want_norm = _run_log("pp_tiny.toml", "parallel.mode=single", *sets, nproc=1)
+    assert min(want_norm) > 0.3  # clipping is active on every step
+    got_loss, got_norm = _run_log("pp_tiny.toml", "parallel.pp=2", "data.batch_size=4", "parallel.microbatches=2",
+                                  *sets, nproc=4)
+    _close(got_loss, want_loss, 1e-4)
+    assert got_norm == pytest.approx(want_norm, rel=1e-4), f"{got_norm} vs {want_norm}"
 
 
 def test_2d_fsdp_by_tp_on_four_ranks(reference):

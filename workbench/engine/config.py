@@ -106,7 +106,7 @@ class ParallelConfig:
     tp: int = 1
     """Tensor-parallel degree (mode tp; with dp > 1 the dp dimension is FSDP2)."""
     pp: int = 1
-    """Pipeline stages (mode pp)."""
+    """Pipeline stages (mode pp; with dp > 1 each stage is FSDP2-sharded over its dp group)."""
     bucket_cap_mb: float = 25.0
     """DDP gradient bucket size: smaller buckets start all-reduces earlier but issue more of them."""
     no_sync: bool = False
@@ -143,6 +143,10 @@ class ParallelConfig:
             _fail(f"parallel.pp_schedule must be gpipe or 1f1b, got {self.pp_schedule!r}")
         if self.tp < 1 or self.pp < 1 or (self.dp is not None and self.dp < 1):
             _fail("parallel.dp, parallel.tp and parallel.pp must be >= 1")
+        if (self.tp > 1 and self.pp > 1) or (self.mode == "pp" and self.tp > 1) or (self.mode == "tp" and self.pp > 1):
+            # not built: TP inside a pipeline stage is untested here (an 8-rank gloo test on the
+            # 2-core CI machine was out of the time box), so refuse it rather than run it unchecked
+            _fail("dp x tp x pp (3-D) is not supported: parallel.mode = \"pp\" composes with dp only, \"tp\" with dp only")
         if self.tp > 1 and self.mode != "tp":
             _fail(f"parallel.tp={self.tp} needs parallel.mode = \"tp\"")
         if self.pp > 1 and self.mode != "pp":
@@ -275,8 +279,6 @@ class Config:
         if tp > 1 and self.model.n_head % tp:
             _fail(f"tensor-parallel degree {tp} must divide model.n_head ({self.model.n_head})")
         if p.mode == "pp":
-            if dp != 1:
-                _fail("parallel.mode = \"pp\" composes with dp = 1 only in this engine")
             if self.model.n_layer < pp:
                 _fail(f"{pp} pipeline stages need model.n_layer >= {pp}")
             if p.microbatches < pp:

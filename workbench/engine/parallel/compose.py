@@ -3,7 +3,8 @@
 The order follows torchtitan: tensor parallel first (it rewrites Linear weights into DTensors),
 then activation checkpointing and compile (they wrap blocks and must see the final weights),
 then the data-parallel wrapper (FSDP2 shards what TP left; DDP registers hooks on the result).
-Pipeline parallel cuts the model into a stage before any of that.
+Pipeline parallel cuts the model into a stage before any of that, and builds its schedule last,
+around the final (with dp > 1: FSDP2-sharded) stage module.
 """
 
 from __future__ import annotations
@@ -59,14 +60,17 @@ def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallel
     autocast = torch.bfloat16 if bf16 else None
     out = Parallelized(model=model, dp_rank=0, dp_size=1, dp_group=None, autocast_dtype=autocast)
 
-    # 1. pipeline: keep this rank's stage only (the schedule drives forward and backward)
+    # 1. pipeline: keep this rank's stage only (the schedule, built in step 6, drives forward and
+    # backward). One 2-D (dp, pp) mesh, dp may be 1: ranks dp_i*pp .. dp_i*pp+pp-1 form one pipeline,
+    # the ranks holding the same stage in each pipeline form a dp group.
     if p.mode == "pp":
-        out.mesh = init_device_mesh(device.type, (pp,), mesh_dim_names=("pp",))
+        out.mesh = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
         out.pp_group, out.pp_rank, out.pp_size = out.mesh.get_group("pp"), out.mesh.get_local_rank("pp"), pp
-        from workbench.engine.parallel.pp import apply_pp
+        if dp > 1:
+            out.dp_group, out.dp_rank, out.dp_size = out.mesh.get_group("dp"), out.mesh.get_local_rank("dp"), dp
+        from workbench.engine.parallel.pp import cut_stage
 
-        model, out.schedule = apply_pp(model, stage=out.pp_rank, stages=pp, group=out.pp_group, device=device,
-                                       schedule=p.pp_schedule, microbatches=p.microbatches)
+        cut_stage(model, stage=out.pp_rank, stages=pp)
     # 2. tensor parallel over the "tp" mesh dimension (dp x tp mesh, dp may be 1)
     if p.mode == "tp":
         out.mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
@@ -91,13 +95,25 @@ def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallel
         from workbench.engine.parallel.ddp import apply_ddp
 
         model = apply_ddp(model, p, device)
-    elif p.mode in ("zero2", "zero3") or (p.mode == "tp" and dp > 1):
+    elif p.mode in ("zero2", "zero3") or (p.mode in ("tp", "pp") and dp > 1):
+        # DP x PP uses FSDP2, not DDP: the pipeline stage knows both (it holds gradient reduction
+        # until the last micro-batch), but torch 2.13's stage runs a real forward/backward for shape
+        # inference and cleans up after FSDP modules only; a DDP-wrapped stage then fails its first
+        # step (reducer.cpp "rebuilt parameter indices size is not same", measured on gloo)
         from workbench.engine.parallel.fsdp import apply_fsdp
 
         mesh = out.mesh["dp"] if out.mesh is not None else init_device_mesh(device.type, (dp,), mesh_dim_names=("dp",))
-        reshard = p.reshard_after_forward if p.reshard_after_forward is not None else p.mode != "zero2"
+        # pipeline default: keep parameters gathered between forward and backward (ZeRO-2-like),
+        # else every micro-batch would all-gather them again (torchtitan does the same under PP)
+        reshard = p.reshard_after_forward if p.reshard_after_forward is not None else p.mode not in ("zero2", "pp")
         apply_fsdp(model, mesh, reshard_after_forward=reshard, bf16=bf16, cpu_offload=p.cpu_offload,
                    prefetch=p.fsdp_prefetch)
         out.autocast_dtype = None  # FSDP2 casts parameters itself (MixedPrecisionPolicy)
+    # 6. pipeline schedule around the final stage module (FSDP2's, when dp > 1)
+    if p.mode == "pp":
+        from workbench.engine.parallel.pp import build_schedule
+
+        out.schedule = build_schedule(model, stage=out.pp_rank, stages=pp, group=out.pp_group, device=device,
+                                      schedule=p.pp_schedule, microbatches=p.microbatches)
     out.model = model
     return out

@@ -5,6 +5,11 @@ drops the rest (plus the embeddings unless first, the head unless last): the sta
 the unsplit model's, so losses match the single-process run. The bubble is (p-1)/(m+p-1) of the
 step for p stages and m micro-batches; 1F1B holds at most p micro-batches of activations instead
 of m.
+
+Cutting (``cut_stage``) and building the schedule (``build_schedule``) are separate steps so that
+data parallel (FSDP2 over the ``dp`` mesh dimension, DP x PP) can wrap the stage module in
+between: the stage must hold the final module, since its backward checks ``isinstance(submod,
+FSDPModule)`` to hold gradient reduction until the last micro-batch.
 """
 
 from __future__ import annotations
@@ -26,9 +31,8 @@ def stage_layers(n_layer: int, stages: int, stage: int) -> range:
     return range(start, start + base + (1 if stage < extra else 0))
 
 
-def apply_pp(model: nn.Module, *, stage: int, stages: int, group: dist.ProcessGroup, device: torch.device,
-             schedule: str, microbatches: int):
-    """Cut ``model`` down to this rank's stage; returns (stage module, pipeline schedule)."""
+def cut_stage(model: nn.Module, *, stage: int, stages: int) -> nn.Module:
+    """Cut ``model`` down to this rank's stage, in place (block names keep their global index)."""
     keep = {str(i) for i in stage_layers(len(model.blocks), stages, stage)}
     for name in list(model.blocks.keys()):
         if name not in keep:
@@ -39,6 +43,21 @@ def apply_pp(model: nn.Module, *, stage: int, stages: int, group: dist.ProcessGr
     if stage != stages - 1:
         model.ln_f = None
         model.head = None
+    return model
+
+
+def build_schedule(model: nn.Module, *, stage: int, stages: int, group: dist.ProcessGroup, device: torch.device,
+                   schedule: str, microbatches: int):
+    """The pipeline schedule driving ``model`` (the cut, possibly FSDP2-wrapped, stage module)."""
     pipe_stage = PipelineStage(model, stage, stages, device, group=group)
     # scale_grads (the default) divides by the micro-batch count: gradients of the batch mean
-    return model, SCHEDULES[schedule](pipe_stage, n_microbatches=microbatches, loss_fn=loss_fn)
+    # (FSDP2 then averages over the dp ranks: gradients of the global batch mean)
+    return SCHEDULES[schedule](pipe_stage, n_microbatches=microbatches, loss_fn=loss_fn)
+
+
+def apply_pp(model: nn.Module, *, stage: int, stages: int, group: dist.ProcessGroup, device: torch.device,
+             schedule: str, microbatches: int):
+    """Cut ``model`` down to this rank's stage; returns (stage module, pipeline schedule)."""
+    cut_stage(model, stage=stage, stages=stages)
+    return model, build_schedule(model, stage=stage, stages=stages, group=group, device=device,
+                                 schedule=schedule, microbatches=microbatches)
