@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.analysis.comm import collective_inventory, comm_overlap
+from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
 from workbench.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
 from workbench.ui import state, summary
 
@@ -42,10 +44,6 @@ def communication_page() -> None:
     st.title("Communication")
     if analysis is None:
         return
-    fns = state.library("workbench.analysis.comm", "collective_inventory", "comm_overlap")
-    if fns is None:
-        return
-    collective_inventory, comm_overlap = fns
     inventories, overlaps = [], []
     for r, trace in sorted(analysis.run.traces.items()):
         w = state.windows_for(path, r)
@@ -80,10 +78,6 @@ def memory_page() -> None:
     cols[0].metric(f"Peak ({kind})", "—" if peak is None else f"{peak / GIB:.2f} GiB")
     cols[1].metric("Capacity", "—" if not cap else f"{cap / GIB:.0f} GiB")
     cols[2].metric("Peak / capacity", "—" if not (peak and cap) else f"{100 * peak / cap:.1f}%")
-    fns = state.library("workbench.analysis.memory", "memory_timeline", "step_floors", "zero_model_states_bytes")
-    if fns is None:
-        return
-    memory_timeline, step_floors, zero_model_states_bytes = fns
     frames, t0, act = [], None, 0
     for r, trace in sorted(run.traces.items()):
         w = state.windows_for(path, r)

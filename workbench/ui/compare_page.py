@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.compare import compare_runs
 from workbench.figures import compare_bars, step_breakdown_bar
 from workbench.ui import state, widgets
 
@@ -29,9 +30,6 @@ def compare_page() -> None:
             st.markdown(f"**{name}**")
             widgets.verdict(an)
             st.plotly_chart(step_breakdown_bar(an.per_rank, title=f"{name}: ms per step"), width="stretch")
-    compare_runs = state.library("workbench.compare", "compare_runs")
-    if compare_runs is None:
-        return
     cmp = compare_runs(a, b)
     st.subheader("Deltas (B − A)")
     speedup = getattr(cmp, "speedup_measured", None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -75,17 +74,6 @@ def _lanes(path: str, mtime: float, rank: int, lo: float | None, hi: float | Non
 def lanes_for(path: Path, rank: int, lo: float | None, hi: float | None, max_segments: int) -> pd.DataFrame:
     """figures.timeline_lanes of one rank (downsampled), cached per zoom window."""
     return _lanes(str(path), mtime(path), rank, lo, hi, max_segments)
-
-
-def library(module: str, *names: str):
-    """Functions from the analysis layer, or None (with an st.info) while they do not exist yet."""
-    try:
-        mod = importlib.import_module(module)
-        found = [getattr(mod, n) for n in names]
-    except (ImportError, AttributeError):
-        st.info(f"This view needs `{module}` ({', '.join(names)}), which this installation does not have yet.")
-        return None
-    return found[0] if len(found) == 1 else found
 
 
 def runs() -> list[dict]:
