@@ -95,6 +95,8 @@ def test_select_run_shows_chart_and_diagnosis(server, page):
     page.goto(server + "/")
     page.wait_for_selector('[data-testid="stSidebar"] [data-testid="stSelectbox"]')
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').click()
+    # type to filter, as a user with many runs would: the dropdown renders only the options in view
+    page.keyboard.type("ddp_slow_data")
     page.get_by_role("option", name="ddp_slow_data", exact=True).click()
     page.wait_for_function("() => location.search.includes('run=ddp_slow_data')")
     page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
