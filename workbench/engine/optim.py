@@ -58,7 +58,10 @@ def grad_norm(params: list[torch.nn.Parameter], pp_group: dist.ProcessGroup | No
         if g is None:
             continue
         if hasattr(g, "to_local"):
-            dims = tuple(i for i, pl in enumerate(g.placements) if pl.is_shard())
+            # every non-replicated mesh dim splits the entries: Shard, and the _StridedShard that
+            # FSDP2 puts on the dp dim of a TP-sharded weight (its is_shard() is False in torch 2.13,
+            # which once dropped the dp share of the norm under FSDP x TP)
+            dims = tuple(i for i, pl in enumerate(g.placements) if not pl.is_replicate())
             key, g = (g.device_mesh, dims), g.to_local()
         else:
             key = (None, ())
