@@ -45,8 +45,9 @@ def test_model_param_count_matches_the_built_model():
     (["model.tie_embeddings=false", "model.n_layer=4", "parallel.mode=pp", "parallel.pp=3"], 4, "world size 4 is not divisible by parallel.tp x parallel.pp = 3"),
     (["model.tie_embeddings=false", "parallel.mode=pp", "parallel.dp=2", "parallel.pp=2"], 2, "world size 2 != parallel.dp x tp x pp = 2 x 1 x 2"),
     (["model.tie_embeddings=false", "parallel.mode=pp", "parallel.dp=2"], 8, "4 pipeline stages need model.n_layer >= 4"),
-    (["parallel.mode=pp", "parallel.tp=2", "parallel.pp=2"], 8, "dp x tp x pp (3-D) is not supported"),
-    (["parallel.mode=tp", "parallel.pp=2"], 8, "dp x tp x pp (3-D) is not supported"),
+    (["parallel.mode=tp", "parallel.pp=2"], 8, "not mode \"tp\" with parallel.pp"),
+    (["parallel.mode=ddp", "parallel.tp=2"], 2, "parallel.tp=2 needs parallel.mode = \"tp\""),
+    (["model.tie_embeddings=false", "parallel.mode=pp", "parallel.tp=3"], 6, "parallel.tp (3) must divide model.n_head (4)"),
     (["data.num_workers=0", "data.prefetch_factor=4"], 1, "need data.num_workers > 0"),
     (["parallel.mode=single"], 2, "runs on one rank, not 2"),
     (["data.batch_size=\"eight\""], 1, "config section 'data'"),
@@ -61,6 +62,9 @@ def test_impossible_configs_are_one_clear_error(sets, world, message):
     (["parallel.pp=2"], 4, (2, 1, 2)),  # dp from the world size
     (["parallel.dp=2"], 4, (2, 1, 2)),  # pp from the world size
     ([], 2, (1, 1, 2)),
+    (["parallel.tp=2", "parallel.pp=2"], 8, (2, 2, 2)),  # 3-D: dp from the world size
+    (["parallel.tp=2"], 4, (1, 2, 2)),  # pp from the world size and tp
+    (["parallel.tp=2", "parallel.dp=2"], 8, (2, 2, 2)),
 ])
 def test_dp_by_pp_layouts_are_accepted(sets, world, degrees):
     cfg = load_config(PRESETS / "pp_tiny.toml", sets)

@@ -88,10 +88,25 @@ def test_dp_by_pp_clips_by_the_global_grad_norm():
 
 
 def test_2d_fsdp_by_tp_on_four_ranks(reference):
-    # dp=2 x tp=2: each data-parallel pair sees half of the batch of 8; the reference saw all of it
-    ref = _run("tp_tiny.toml", "parallel.mode=single", "data.batch_size=8", nproc=1)
-    got = _run("tp_tiny.toml", "parallel.dp=2", "parallel.tp=2", nproc=4)
+    # dp=2 x tp=2: each data-parallel pair sees half of the batch of 8; the reference saw all of it.
+    # The grad norm checks the sum over FSDP2's _StridedShard dp placement of TP weights (once missed)
+    ref, ref_norm = _run_log("tp_tiny.toml", "parallel.mode=single", "data.batch_size=8", nproc=1)
+    got, got_norm = _run_log("tp_tiny.toml", "parallel.dp=2", "parallel.tp=2", nproc=4)
     _close(got, ref, 1e-4)
+    assert got_norm == pytest.approx(ref_norm, rel=1e-4), f"{got_norm} vs {ref_norm}"
+
+
+def test_3d_dp_by_pp_by_tp_on_eight_ranks():
+    # dp=2 x pp=2 x tp=2 on one (dp, pp, tp) mesh: TP inside each stage, each stage FSDP2-sharded
+    # over its dp pair; each pipeline sees half of the batch of 8. SGD with clipping active on
+    # every step (as in the DP x PP test) makes the losses depend on the global grad norm.
+    sets = ("train.optimizer=sgd", "train.lr=0.5", "train.grad_clip=0.3")
+    want_loss, want_norm = _run_log("pp_tiny.toml", "parallel.mode=single", *sets, nproc=1)
+    assert min(want_norm) > 0.3
+    got_loss, got_norm = _run_log("pp_tiny.toml", "parallel.pp=2", "parallel.tp=2", "data.batch_size=4",
+                                  "parallel.microbatches=2", *sets, nproc=8)
+    _close(got_loss, want_loss, 1e-4)
+    assert got_norm == pytest.approx(want_norm, rel=1e-4), f"{got_norm} vs {want_norm}"
 
 
 @pytest.mark.parametrize("hook", ["bf16", "topk", "sign"])

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -108,7 +109,7 @@ def train(cfg: Config) -> list[float]:
     n_params = model.num_params()
     par = parallelize(model, cfg, device)
     params = [p for p in par.model.parameters() if p.requires_grad]
-    opt_cls, opt_kw = optimizer_class_and_kwargs(cfg, device, mixed_tensor_types=cfg.parallel.mode == "tp")
+    opt_cls, opt_kw = optimizer_class_and_kwargs(cfg, device, mixed_tensor_types=cfg.degrees(world)[1] > 1)
     if cfg.parallel.mode == "zero1":
         from workbench.engine.parallel.zero import apply_zero1
 
@@ -126,7 +127,7 @@ def train(cfg: Config) -> list[float]:
     loader = build_loader(cfg, dp_rank=par.dp_rank, dp_size=par.dp_size, start_step=start, device=device)
     if rank == 0:
         print(f"model {n_params / 1e6:.1f}M params, mode {cfg.parallel.mode}, world {world} "
-              f"(dp {par.dp_size}, pp {par.pp_size}), device {device}", flush=True)
+              f"(dp {par.dp_size}, tp {cfg.degrees(world)[1]}, pp {par.pp_size}), device {device}", flush=True)
 
     accum, mode = cfg.train.grad_accum, cfg.parallel.mode
     tokens_per_rank_step = cfg.data.batch_size * cfg.model.seq_len * accum
@@ -158,7 +159,12 @@ def train(cfg: Config) -> list[float]:
             clip_grads(params, norm, cfg.train.grad_clip)
         global_loss = _mean_over_data(loss_sum, par)
         capture.record_metrics(loss=global_loss, grad_norm=norm, tokens=tokens_per_rank_step)
+        spike = step == cfg.faults.lr_spike_step
+        if spike:
+            _scale_lr(opt, cfg.faults.lr_spike_factor)
         opt.step()
+        if spike:
+            _scale_lr(opt, 1 / cfg.faults.lr_spike_factor)
         opt.zero_grad(set_to_none=True)
         loss_value = global_loss.item()  # note: a host sync point, once per step, for the log line
         losses.append(loss_value)
@@ -179,12 +185,20 @@ def train(cfg: Config) -> list[float]:
     if rank == 0 and timed_steps:
         _report_throughput(cfg, device, world, par, tokens_per_rank_step, flops_per_token,
                            timed_steps, time.perf_counter() - t_timed)
-    # ZeroRedundancyOptimizer keeps handles on the group: drop it before the group goes, or the
-    # process aborts at exit ("terminate called without an active exception")
-    del opt, par
+    # Drop everything that holds the group or tensors its async work touched (ZeroRedundancyOptimizer,
+    # DDP's reducer, FSDP states, the pipeline schedule) and collect cycles *before* the group goes:
+    # a gloo group that outlives destroy_process_group is torn down during interpreter finalization,
+    # and the process then aborts ("terminate called without an active exception", seen with ZeRO-1)
+    del opt, par, params, model, batches, loader
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     return losses
+
+
+def _scale_lr(opt: torch.optim.Optimizer, factor: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] *= factor
 
 
 def _grad_sync(model: torch.nn.Module, mode: str, enabled: bool):

@@ -63,22 +63,26 @@ def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallel
     # 1. pipeline: keep this rank's stage only (the schedule, built in step 6, drives forward and
     # backward). One 2-D (dp, pp) mesh, dp may be 1: ranks dp_i*pp .. dp_i*pp+pp-1 form one pipeline,
     # the ranks holding the same stage in each pipeline form a dp group.
+    # With tp > 1 (3-D) the mesh is (dp, pp, tp): tp innermost, so a stage's TP ranks are
+    # neighbours (one node's NVLink on GPUs), as torchtitan orders it.
     if p.mode == "pp":
-        out.mesh = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
+        shape, names = ((dp, pp, tp), ("dp", "pp", "tp")) if tp > 1 else ((dp, pp), ("dp", "pp"))
+        out.mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
         out.pp_group, out.pp_rank, out.pp_size = out.mesh.get_group("pp"), out.mesh.get_local_rank("pp"), pp
         if dp > 1:
             out.dp_group, out.dp_rank, out.dp_size = out.mesh.get_group("dp"), out.mesh.get_local_rank("dp"), dp
         from workbench.engine.parallel.pp import cut_stage
 
         cut_stage(model, stage=out.pp_rank, stages=pp)
-    # 2. tensor parallel over the "tp" mesh dimension (dp x tp mesh, dp may be 1)
+    # 2. tensor parallel over the "tp" mesh dimension (dp x tp mesh, dp may be 1; or inside a stage)
     if p.mode == "tp":
         out.mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        if dp > 1:
+            out.dp_group, out.dp_rank, out.dp_size = out.mesh.get_group("dp"), out.mesh.get_local_rank("dp"), dp
+    if tp > 1:
         from workbench.engine.parallel.tp import apply_tp
 
         apply_tp(model, out.mesh["tp"])
-        if dp > 1:
-            out.dp_group, out.dp_rank, out.dp_size = out.mesh.get_group("dp"), out.mesh.get_local_rank("dp"), dp
     elif p.mode not in ("pp", "single"):
         out.dp_rank, out.dp_size = dist.get_rank(), world
     # 3. the fault: extra all-gathers after every block, over the ranks that run blocks in lockstep
