@@ -10,7 +10,7 @@ from tests.engine.conftest import losses, train
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("mode", ["zero3"])
+@pytest.mark.parametrize("mode", ["zero1", "zero3"])
 def test_killed_rank_restarts_and_resumes_from_checkpoint(tmp_path, mode):
     sets = (f"parallel.mode={mode}", "parallel.mixed_precision=fp32", "train.steps=6")
     whole = train("ddp_tiny.toml", *sets, nproc=2)

@@ -4,6 +4,12 @@
 ``step_{N}/`` holds the state after N optimizer steps; DCP writes ``.metadata`` last, so a
 directory without it (a rank died mid-save) is ignored. Works for DDP, FSDP2, TP and pipeline
 stages alike, through ``get_state_dict`` / ``set_state_dict`` (plain FQNs, no wrapper prefixes).
+
+ZeRO-1 (``ZeroRedundancyOptimizer``) is the exception: ``get_state_dict`` does not know it, and
+its own ``consolidate_state_dict`` gathers every rank's shard onto one rank. Instead each rank
+saves its own shard (the wrapped local optimizer's state) as ``zero1_rank{r}.pt`` in the step
+directory *before* the DCP save, whose ``.metadata`` still marks the step complete; resuming
+needs the same data-parallel world size (the shards follow ZeRO's parameter partition).
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
+                                                     set_state_dict)
+
+from workbench.errors import WorkbenchError
 
 STEP_DIR = "step_{step}"
 _STEP_RE = re.compile(r"^step_(\d+)$")
@@ -29,14 +38,46 @@ def latest_step(root: str | Path) -> int | None:
     return max(done, default=None)
 
 
+ZERO1_SHARD = "zero1_rank{rank}.pt"
+
+
+def _is_zero1(optimizer: torch.optim.Optimizer) -> bool:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
+
+
 def save(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(Path(root) / STEP_DIR.format(step=step)))
+    path = Path(root) / STEP_DIR.format(step=step)
+    if _is_zero1(optimizer):
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save({"world_size": dist.get_world_size(), "optim": optimizer.optim.state_dict()},
+                   path / ZERO1_SHARD.format(rank=dist.get_rank()))
+        state = {"model": get_model_state_dict(model)}
+    else:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+    dcp.save(state, checkpoint_id=str(path))
     dist.barrier()  # nobody runs ahead and dies before everyone's shard is written
 
 
 def load(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    path = Path(root) / STEP_DIR.format(step=step)
+    if _is_zero1(optimizer):
+        shard = path / ZERO1_SHARD.format(rank=dist.get_rank())
+        if not shard.is_file():
+            raise WorkbenchError(f"{path} has no ZeRO-1 optimizer shard for rank {dist.get_rank()}: it was not "
+                                 "written by parallel.mode = \"zero1\" at this world size")
+        saved = torch.load(shard, weights_only=True)
+        if saved["world_size"] != dist.get_world_size():
+            raise WorkbenchError(f"{path} holds ZeRO-1 shards of {saved['world_size']} ranks, this run has "
+                                 f"{dist.get_world_size()}: resume at the same world size")
+        state = {"model": get_model_state_dict(model)}
+        dcp.load(state, checkpoint_id=str(path))
+        set_model_state_dict(model, state["model"])
+        optimizer.optim.load_state_dict(saved["optim"])
+        return
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(Path(root) / STEP_DIR.format(step=step)))
+    dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
