@@ -25,3 +25,5 @@ run engine_pp_1f1b_m8   $E/pp_tiny.toml  parallel.microbatches=8 data.batch_size
 run fault_straggler   $E/ddp_tiny.toml   faults.straggler_rank=1 faults.straggler_ms=40
 run fault_redundant_allgather $E/ddp_tiny.toml faults.redundant_allgather=true
 run fault_slow_data   $E/ddp_tiny.toml   faults.slow_data=true
+# the learning rate x1000 for optimizer step 4: the loss jumps ~3x from step 5 on
+run fault_lr_spike    $E/ddp_tiny.toml   faults.lr_spike_step=4

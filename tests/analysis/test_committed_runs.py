@@ -33,6 +33,7 @@ def test_healthy_engine_run_has_no_warning():
     ("exposed_communication", "engine_zero1", "engine_healthy"),
     ("exposed_communication", "ddp_fixed_data", "ddp_slow_data"),
     ("oom_risk", "gpu_memory_heavy", "gpu_fixed_data"),
+    ("training_instability", "fault_lr_spike", "engine_healthy"),
 ])
 def test_rule_fires_on_the_planted_problem_only(rule, fires, quiet):
     assert rule in serious(fires), (fires, diag(fires))
@@ -87,3 +88,11 @@ def test_nccl_collectives_read_from_record_param_comms():
     c = inv[0]
     assert c["bytes"] == 4 and c["group_size"] == 1 and c["dtype"].lower().startswith("float")
     assert c["calls_per_step"] == 1
+
+
+def test_training_instability_points_at_the_step_after_the_lr_spike():
+    # the engine multiplied the learning rate by 1000 for optimizer step 4: step 5 is the first
+    # loss computed with the damaged weights
+    d = next(d for d in analyze_run(TRACES / "fault_lr_spike").diagnoses if d.id == "training_instability")
+    assert d.evidence["first_step"] == 5 and d.ranks == [0, 1]
+    assert {e["metric"] for e in d.evidence["events"] if e["step"] == 5} == {"loss", "grad_norm"}
