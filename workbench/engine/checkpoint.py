@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
-                                                     set_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_state_dict)
 
 from workbench.errors import WorkbenchError
 
@@ -39,6 +39,10 @@ def latest_step(root: str | Path) -> int | None:
 
 
 ZERO1_SHARD = "zero1_rank{rank}.pt"
+# Optimizer state keyed by parameter FQN (state.<fqn>.exp_avg, param_groups.<fqn>.lr), as torchtitan
+# saves it: pipeline stages hold different parameters, and the nested form's one "param_groups"
+# entry per rank would be deduplicated to one stage's copy (resume then failed with KeyError 'betas')
+OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def _is_zero1(optimizer: torch.optim.Optimizer) -> bool:
@@ -55,7 +59,7 @@ def save(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.o
                    path / ZERO1_SHARD.format(rank=dist.get_rank()))
         state = {"model": get_model_state_dict(model)}
     else:
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIONS)
         state = {"model": model_sd, "optim": optim_sd}
     dcp.save(state, checkpoint_id=str(path))
     dist.barrier()  # nobody runs ahead and dies before everyone's shard is written
@@ -77,7 +81,7 @@ def load(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.o
         set_model_state_dict(model, state["model"])
         optimizer.optim.load_state_dict(saved["optim"])
         return
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIONS)
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=OPTIONS)
