@@ -3,6 +3,9 @@ the loaded trace (3 profiled steps) is asserted against the baseline run."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
 from tests.engine.conftest import profiled
@@ -50,6 +53,22 @@ def test_fp16_compression_sends_half(baseline, tmp_path):
 
     assert biggest_dtype(baseline) == "float"
     assert biggest_dtype(fp16) == "c10::Half"
+
+
+def test_sign_compression_sends_one_bit_per_gradient_entry(baseline, tmp_path):
+    sign = profiled(tmp_path, "sign", CFG, "parallel.comm_hook=sign")
+
+    def sizes(run, op):
+        """(elements of the op's input, dtype) for every gloo `op` of rank 0's trace."""
+        c = run.traces[0].comms
+        c = c[c["name"].astype(str) == op]
+        dims = [json.loads(d) if isinstance(d, str) else d for d in c["input_dims"]]
+        return [(int(math.prod(d[0])) if d and d[0] else 1, str(t)) for d, t in zip(dims, c["dtype"])]
+
+    grads = max(n for n, _ in sizes(baseline, "gloo:all_reduce"))  # the fp32 gradient bucket
+    assert grads > 100_000
+    assert max(sizes(sign, "gloo:all_gather")) == ((grads + 7) // 8, "unsigned char")  # 1/32 of the bytes
+    assert max(n for n, _ in sizes(sign, "gloo:all_reduce")) == 1  # only the logged loss is all-reduced
 
 
 def test_zero3_all_gathers_more_than_zero2(tmp_path):

@@ -75,21 +75,41 @@ def topk_hook(state: ErrorFeedback, bucket: dist.GradBucket) -> torch.futures.Fu
     return _done(out.div_(world))
 
 
+_BITS = 8
+
+
+def pack_signs(t: torch.Tensor) -> torch.Tensor:
+    """sign(t) >= 0 as bits, 8 per byte (uint8, ceil(n/8) bytes; the pad bits are 0)."""
+    bits = (t >= 0).to(torch.uint8)
+    pad = -bits.numel() % _BITS
+    if pad:
+        bits = torch.cat([bits, bits.new_zeros(pad)])
+    weights = torch.tensor([1 << i for i in range(_BITS)], dtype=torch.uint8, device=t.device)
+    return (bits.view(-1, _BITS) * weights).sum(1, dtype=torch.uint8)
+
+
+def unpack_signs(packed: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """The first ``n`` signs of ``packed`` as +1 / -1 in ``dtype``."""
+    shifts = torch.arange(_BITS, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(1) >> shifts) & 1
+    return bits.view(-1)[:n].to(dtype).mul_(2).sub_(1)
+
+
 def sign_hook(state: ErrorFeedback, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """1-bit compression: each rank sends sign(g) (int8 on the wire: bit packing is not done)
-    and one scale, mean |g|; the mean of sign*scale over ranks is the update."""
+    """1-bit compression: each rank sends sign(g), packed 8 per byte (1/32 of fp32's bytes), and
+    one scale, mean |g|; the mean of sign*scale over ranks is the update."""
     group, world = state.group, dist.get_world_size(state.group)
     t = state.corrected(bucket)
     scale = t.abs().mean().reshape(1)
-    signs = torch.where(t >= 0, 1, -1).to(torch.int8)
-    state.residual[bucket.index()] = t - signs.to(t.dtype) * scale
-    all_signs = [torch.empty_like(signs) for _ in range(world)]
+    packed = pack_signs(t)
+    state.residual[bucket.index()] = t - unpack_signs(packed, t.numel(), t.dtype) * scale
+    all_packed = torch.empty(world * packed.numel(), dtype=packed.dtype, device=packed.device)
     all_scales = torch.empty(world, dtype=scale.dtype, device=scale.device)
-    dist.all_gather(all_signs, signs, group=group)
+    dist.all_gather_into_tensor(all_packed, packed, group=group)
     dist.all_gather_into_tensor(all_scales, scale, group=group)
     out = bucket.buffer().zero_()
-    for s, c in zip(all_signs, all_scales):
-        out.add_(s.to(out.dtype) * c)
+    for p, c in zip(all_packed.chunk(world), all_scales):
+        out.add_(unpack_signs(p, out.numel(), out.dtype) * c)
     return _done(out.div_(world))
 
 
