@@ -19,6 +19,12 @@ def train(config: str, *sets: str, nproc: int = 1, extra: tuple[str, ...] = (), 
     return workbench(*args, env=dict({"OMP_NUM_THREADS": "1"}, **(env or {})), timeout=timeout)
 
 
+def failure(r) -> str:
+    """What a failed run printed: rank 0's last log lines and both ends of stderr (the first
+    rank to fail speaks first; torchrun's summary comes last)."""
+    return f"stdout tail:\n{r.stdout[-1200:]}\nstderr head:\n{r.stderr[:1500]}\nstderr tail:\n{r.stderr[-1500:]}"
+
+
 def losses(stdout: str) -> dict[int, float]:
     """Step -> loss from rank 0's log lines (a resumed run repeats steps: the last one wins)."""
     return {int(s): float(v) for s, v in _STEP.findall(stdout)}

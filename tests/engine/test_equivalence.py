@@ -12,7 +12,7 @@ import pytest
 
 import re
 
-from tests.engine.conftest import losses, train
+from tests.engine.conftest import failure, losses, train
 
 pytestmark = pytest.mark.slow
 STEPS = 5
@@ -22,7 +22,7 @@ _NORM = re.compile(r"^step (\d+) loss \S+ grad_norm (\S+)", re.M)
 def _run_log(config, *sets, nproc):
     """(losses, grad norms) of each step, from rank 0's log lines."""
     r = train(config, f"train.steps={STEPS}", *sets, nproc=nproc)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, failure(r)
     got = losses(r.stdout)
     assert sorted(got) == list(range(STEPS)), r.stdout
     norms = {int(s): float(v) for s, v in _NORM.findall(r.stdout)}
