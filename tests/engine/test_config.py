@@ -105,3 +105,18 @@ def test_manifest_flops_per_token_matches_the_model():
         m = load_config(f"case_studies/engine/{preset}.toml").model
         flops = 6 * (m.num_params() - m.seq_len * m.d_model) + 12 * m.n_layer * m.n_head * (m.d_model // m.n_head) * m.seq_len
         assert flops == GPT(m).flops_per_token()
+
+
+def test_print_config_documents_every_key_and_reads_back(tmp_path):
+    import dataclasses
+
+    from workbench.engine.config import _CLASSES, config_to_dict, key_docs
+
+    r = workbench("train", "--config", PRESETS / "pp_tiny.toml", "--set", "parallel.tp=2", "--print-config")
+    assert r.returncode == 0, r.stderr
+    fields = {f"{s}.{f.name}" for s, cls in _CLASSES.items() for f in dataclasses.fields(cls)}
+    assert set(key_docs()) == fields  # a field added without its docstring fails here
+    assert all(f"# {doc}" in r.stdout for doc in key_docs().values())
+    (tmp_path / "c.toml").write_text(r.stdout)
+    want = config_to_dict(load_config(PRESETS / "pp_tiny.toml", ["parallel.tp=2"]))
+    assert config_to_dict(load_config(tmp_path / "c.toml")) == want

@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   workbench train --config case_studies/engine/ddp_tiny.toml --nproc-per-node 2 --profile \\
       --set data.num_workers=0 --set data.sample_cost=8          # reproduce a dataloader stall
   workbench train --config case_studies/engine/zero3_tiny.toml --nproc-per-node 2 --set parallel.mode=zero2
+  workbench train --config case_studies/engine/pp_tiny.toml --print-config     # every key, documented
   PYTHONPATH=. python -m workbench train --config case_studies/engine/gpt370m_fsdp.toml --profile   # one GPU
 """
 
@@ -37,6 +38,8 @@ def add_train_parser(sub) -> None:
     tr.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory with --profile (default traces/train-<time>)")
     tr.add_argument("--schedule", default="1,1,3", metavar="WAIT,WARMUP,ACTIVE", help="profiler schedule with --profile (default 1,1,3)")
     tr.add_argument("--no-analyze", action="store_true", help="with --profile: do not print the verdict")
+    tr.add_argument("--print-config", action="store_true",
+                    help="print the resolved config (every key, its value and what it does) as TOML and exit")
     tr.add_argument("--max-restarts", type=int, default=0, metavar="K",
                     help="without --profile: let torchrun restart failed ranks K times (resume needs checkpoint.dir)")
     tr.set_defaults(func=cmd_train)
@@ -57,6 +60,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nproc_per_node < 1:
         raise WorkbenchError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
     cfg = load_config(args.config, args.overrides)
+    if args.print_config:
+        from workbench.engine.config import config_to_toml
+
+        print(config_to_toml(cfg), end="")
+        return 0
     import torch  # lazily: `workbench analyze` must never pay for (or need) torch
 
     cfg.check_world(_world_size(args.nproc_per_node), gpu=torch.cuda.is_available())

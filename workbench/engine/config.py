@@ -368,3 +368,44 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     """The resolved config as plain data (manifest["config"], checkpoints)."""
     return dataclasses.asdict(cfg)
+
+
+# ---- printing (``workbench train --print-config``) ---------------------------------------------
+def key_docs() -> dict[str, str]:
+    """``section.key`` -> the attribute docstring written under the field in this file."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    for section, cls in _CLASSES.items():
+        body = ast.parse(inspect.getsource(cls)).body[0].body
+        for field_node, doc in zip(body, body[1:]):
+            if (isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name)
+                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+                    and isinstance(doc.value.value, str)):
+                docs[f"{section}.{field_node.target.id}"] = " ".join(doc.value.value.split())
+    return docs
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def config_to_toml(cfg: Config) -> str:
+    """The resolved config as TOML that ``--config`` reads back, each key's doc as a comment
+    (a key whose value is None, "decide from the world size", is written commented out)."""
+    docs, lines = key_docs(), []
+    for section, values in config_to_dict(cfg).items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if doc := docs.get(f"{section}.{key}"):
+                lines.append(f"# {doc}")
+            lines.append(f"# {key} = (unset)" if value is None else f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
