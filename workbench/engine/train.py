@@ -57,8 +57,6 @@ from workbench.engine.model import GPT, loss_fn
 from workbench.engine.optim import clip_grads, grad_norm, optimizer_class_and_kwargs
 from workbench.engine.parallel import parallelize
 
-# Dense bf16 peak FLOP/s per device for MFU (torchtitan's figure for H100/H200 SXM).
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 KILL_ENV = "WORKBENCH_TEST_KILL_AT_STEP"
 
 
@@ -85,8 +83,9 @@ def init_distributed() -> torch.device:
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+    from workbench.peaks import peak_flops as device_peak
+
+    return device_peak(torch.cuda.get_device_name(device))
 
 
 def should_die(rank: int, step: int) -> bool:
@@ -158,7 +157,9 @@ def train(cfg: Config) -> list[float]:
         if cfg.train.grad_clip:
             clip_grads(params, norm, cfg.train.grad_clip)
         global_loss = _mean_over_data(loss_sum, par)
-        capture.record_metrics(loss=global_loss, grad_norm=norm, tokens=tokens_per_rank_step)
+        # tokens: this rank's share of the step's tokens (TP and PP ranks share their batch), so
+        # the sum over ranks of steps_rank{r}.csv is what the job trained
+        capture.record_metrics(loss=global_loss, grad_norm=norm, tokens=tokens_per_rank_step * par.dp_size / world)
         spike = step == cfg.faults.lr_spike_step
         if spike:
             _scale_lr(opt, cfg.faults.lr_spike_factor)

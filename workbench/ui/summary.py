@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from workbench.peaks import peak_flops
 from workbench.verdict import Analysis
 
-# Dense bf16 peak per device, TFLOP/s (vendor datasheets; torchtitan uses 989 for H100/H200).
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
 
 @dataclass(slots=True)
@@ -57,7 +56,7 @@ def mfu_pct(analysis: Analysis) -> float | None:
     m = analysis.run.manifest
     fpt = m.get("flops_per_token") or (m.get("config") or {}).get("flops_per_token")
     name = analysis.run.device_name or ""
-    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    peak = peak_flops(name)
     if not fpt or not peak:
         return None
     tokens = [d.steps["tokens"].dropna() for d in analysis.run.ranks.values() if d.steps is not None and "tokens" in d.steps]
@@ -66,7 +65,7 @@ def mfu_pct(analysis: Analysis) -> float | None:
     if tokens.empty or step_ms <= 0:
         return None
     per_rank_tps = float(tokens.mean()) / (step_ms / 1e3)
-    return 100.0 * per_rank_tps * float(fpt) / (peak * 1e12)
+    return 100.0 * per_rank_tps * float(fpt) / peak
 
 
 def headline(analysis: Analysis) -> Headline:
