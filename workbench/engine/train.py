@@ -107,8 +107,9 @@ def train(cfg: Config) -> list[float]:
     flops_per_token = model.flops_per_token()
     n_params = model.num_params()
     par = parallelize(model, cfg, device)
+    tp = cfg.degrees(world)[1]
     params = [p for p in par.model.parameters() if p.requires_grad]
-    opt_cls, opt_kw = optimizer_class_and_kwargs(cfg, device, mixed_tensor_types=cfg.degrees(world)[1] > 1)
+    opt_cls, opt_kw = optimizer_class_and_kwargs(cfg, device, mixed_tensor_types=tp > 1)
     if cfg.parallel.mode == "zero1":
         from workbench.engine.parallel.zero import apply_zero1
 
@@ -126,7 +127,7 @@ def train(cfg: Config) -> list[float]:
     loader = build_loader(cfg, dp_rank=par.dp_rank, dp_size=par.dp_size, start_step=start, device=device)
     if rank == 0:
         print(f"model {n_params / 1e6:.1f}M params, mode {cfg.parallel.mode}, world {world} "
-              f"(dp {par.dp_size}, tp {cfg.degrees(world)[1]}, pp {par.pp_size}), device {device}", flush=True)
+              f"(dp {par.dp_size}, tp {tp}, pp {par.pp_size}), device {device}", flush=True)
 
     accum, mode = cfg.train.grad_accum, cfg.parallel.mode
     tokens_per_rank_step = cfg.data.batch_size * cfg.model.seq_len * accum
@@ -160,12 +161,8 @@ def train(cfg: Config) -> list[float]:
         # tokens: this rank's share of the step's tokens (TP and PP ranks share their batch), so
         # the sum over ranks of steps_rank{r}.csv is what the job trained
         capture.record_metrics(loss=global_loss, grad_norm=norm, tokens=tokens_per_rank_step * par.dp_size / world)
-        spike = step == cfg.faults.lr_spike_step
-        if spike:
-            _scale_lr(opt, cfg.faults.lr_spike_factor)
-        opt.step()
-        if spike:
-            _scale_lr(opt, 1 / cfg.faults.lr_spike_factor)
+        with _lr_scaled(opt, cfg.faults.lr_spike_factor if step == cfg.faults.lr_spike_step else 1.0):
+            opt.step()
         opt.zero_grad(set_to_none=True)
         loss_value = global_loss.item()  # note: a host sync point, once per step, for the log line
         losses.append(loss_value)
@@ -197,9 +194,17 @@ def train(cfg: Config) -> list[float]:
     return losses
 
 
-def _scale_lr(opt: torch.optim.Optimizer, factor: float) -> None:
+@contextlib.contextmanager
+def _lr_scaled(opt: torch.optim.Optimizer, factor: float):
+    """The learning rate times ``factor`` inside the block (the lr_spike fault), restored exactly after."""
+    saved = [group["lr"] for group in opt.param_groups]
     for group in opt.param_groups:
         group["lr"] *= factor
+    try:
+        yield
+    finally:
+        for group, lr in zip(opt.param_groups, saved):
+            group["lr"] = lr
 
 
 def _grad_sync(model: torch.nn.Module, mode: str, enabled: bool):
