@@ -97,7 +97,7 @@ def measure(row: Row, run_dir: Path) -> None:
     import pandas as pd
 
     from workbench.load import load_run
-    from workbench.peaks import peak_flops
+    from workbench.peaks import mfu_pct
     from workbench.verdict import analyze_run
 
     run = load_run(run_dir)
@@ -115,10 +115,8 @@ def measure(row: Row, run_dir: Path) -> None:
     row.step_ms = round(step_ms, 2)
     row.tokens_per_s = round(tokens / (step_ms / 1e3), 1)
     row.tokens_per_s_per_device = round(row.tokens_per_s / row.world, 1)
-    flops = (run.manifest.get("config") or {}).get("flops_per_token")
-    peak = peak_flops(run.device_name)
-    if flops and peak:
-        row.mfu_pct = round(100 * row.tokens_per_s_per_device * flops / peak, 2)
+    mfu = mfu_pct(row.tokens_per_s_per_device, (run.manifest.get("config") or {}).get("flops_per_token"), run.device_name)
+    row.mfu_pct = round(mfu, 2) if mfu is not None else None
     row.busy_pct = m.get("gpu_busy_pct", m.get("compute_busy_pct"))
     row.exposed_comm_pct = m.get("exposed_comm_pct")
     row.diagnoses = {d.id: d.severity for d in a.diagnoses}

@@ -13,3 +13,11 @@ def peak_flops(device_name: str | None) -> float | None:
         return None
     key = next((k for k in sorted(PEAK_TFLOPS, key=len, reverse=True) if k in device_name), None)
     return PEAK_TFLOPS[key] * 1e12 if key else None
+
+
+def mfu_pct(tokens_per_s_per_device: float, flops_per_token: float | None, device_name: str | None) -> float | None:
+    """Model FLOPs utilisation in percent: achieved FLOP/s per device over the device's peak."""
+    peak = peak_flops(device_name)
+    if not flops_per_token or not peak:
+        return None
+    return 100.0 * tokens_per_s_per_device * float(flops_per_token) / peak

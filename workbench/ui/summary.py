@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workbench.peaks import peak_flops
+from workbench.peaks import mfu_pct as mfu, peak_flops
 from workbench.verdict import Analysis
 
 
@@ -55,9 +55,7 @@ def mfu_pct(analysis: Analysis) -> float | None:
     """MFU = tokens/s × FLOPs/token ÷ peak, when the manifest has ``flops_per_token`` (engine runs)."""
     m = analysis.run.manifest
     fpt = m.get("flops_per_token") or (m.get("config") or {}).get("flops_per_token")
-    name = analysis.run.device_name or ""
-    peak = peak_flops(name)
-    if not fpt or not peak:
+    if not fpt or not peak_flops(analysis.run.device_name):
         return None
     tokens = [d.steps["tokens"].dropna() for d in analysis.run.ranks.values() if d.steps is not None and "tokens" in d.steps]
     tokens = pd.concat(tokens) if tokens else pd.Series(dtype=float)
@@ -65,7 +63,7 @@ def mfu_pct(analysis: Analysis) -> float | None:
     if tokens.empty or step_ms <= 0:
         return None
     per_rank_tps = float(tokens.mean()) / (step_ms / 1e3)
-    return 100.0 * per_rank_tps * float(fpt) / peak
+    return mfu(per_rank_tps, fpt, analysis.run.device_name)
 
 
 def headline(analysis: Analysis) -> Headline:
