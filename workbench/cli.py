@@ -18,6 +18,8 @@ from workbench.errors import WorkbenchError
 EXAMPLES = {
     "profile": """examples:
   workbench profile train.py --lr 3e-4
+  workbench profile --stop-after-profile main.py -a resnet50      # end a long script after the window
+  workbench profile --steps-from backward word_language_model/main.py   # a loop without torch.optim
   workbench profile --nproc-per-node 2 workbench/examples/slow_data_ddp.py --num-workers 0
   torchrun --nproc-per-node 8 -m workbench profile train.py     # already under torchrun/srun
 """,
@@ -42,7 +44,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from workbench.capture.launcher import already_a_rank, parse_schedule, profile
 
     schedule = parse_schedule(args.schedule)
-    code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out, schedule=schedule)
+    code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out, schedule=schedule,
+                            steps_from=args.steps_from, max_steps=args.max_steps,
+                            stop_after_profile=args.stop_after_profile)
     if already_a_rank() and os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
         return code  # under torchrun/srun: rank 0 reports for the job
     con = _console()
@@ -130,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory (default traces/<script>-<time>)")
     pr.add_argument("--schedule", default="1,1,3", metavar="WAIT,WARMUP,ACTIVE",
                     help="profiler schedule in optimizer steps (default 1,1,3)")
+    pr.add_argument("--steps-from", default="auto", metavar="SOURCE",
+                    help="what marks a training step: auto (default: optimizer.step(), else backward(), else "
+                         "time windows), optimizer, backward, annotation:NAME (a record_function range), time:SEC")
+    pr.add_argument("--max-steps", type=int, default=None, metavar="N",
+                    help="end the script cleanly after N steps (default: run to completion)")
+    pr.add_argument("--stop-after-profile", action="store_true",
+                    help="end the script cleanly once the last profiled step is written")
     pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
     pr.add_argument("script", help="the training script")
     pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")

@@ -36,6 +36,25 @@ def parse_schedule(text: str) -> tuple[int, int, int]:
     return wait, warmup, active
 
 
+STEPS_FROM_HELP = "auto, optimizer, backward, annotation:NAME or time:SEC"
+
+
+def parse_steps_from(text: str) -> str:
+    """Validate a ``--steps-from`` value (see :mod:`workbench.capture.steps`); returns it unchanged."""
+    kind, _, arg = text.partition(":")
+    if kind in ("auto", "optimizer", "backward") and not arg:
+        return text
+    if kind == "annotation" and arg:
+        return text
+    if kind == "time":
+        try:
+            if float(arg) > 0:
+                return text
+        except ValueError:
+            pass
+    raise WorkbenchError(f"--steps-from must be {STEPS_FROM_HELP} (SEC > 0), got {text!r}")
+
+
 def already_a_rank() -> bool:
     """True when this process was started as one rank of a job (torchrun or srun)."""
     return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or (
@@ -58,7 +77,8 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     os.replace(tmp, run_dir / contract.MANIFEST)
 
 
-def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tuple[int, int, int], config: dict | None = None) -> dict[str, Any]:
+def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tuple[int, int, int], config: dict | None = None,
+                   capture: dict | None = None) -> dict[str, Any]:
     manifest = {
         "schema_version": contract.SCHEMA_VERSION,
         "run_id": run_dir.name,
@@ -67,6 +87,7 @@ def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tupl
         "nproc_per_node": nproc,
         "world_size": None,
         "schedule": {"wait": schedule[0], "warmup": schedule[1], "active": schedule[2]},
+        "capture": capture or {"steps_from": "auto", "max_steps": None, "stop_after_profile": False},
         "start_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "end_utc": None,
         "status": contract.STATUS_RUNNING,
@@ -119,18 +140,27 @@ def _rank_exit_code(run_dir: Path, fallback: int) -> int:
 
 def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = None,
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
-            command: list[str] | None = None) -> tuple[int, Path]:
+            command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
+            stop_after_profile: bool = False) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
 
     ``command`` is what the manifest records as the user's command (default: the equivalent
-    ``workbench profile`` line); ``workbench train`` passes its own.
+    ``workbench profile`` line); ``workbench train`` passes its own. ``steps_from`` says what
+    marks a step (:mod:`workbench.capture.steps`); ``max_steps`` / ``stop_after_profile`` end the
+    script cleanly after that many steps / after the last profiled step.
     """
+    steps_from = parse_steps_from(steps_from)
+    if max_steps is not None and max_steps < 1:
+        raise WorkbenchError(f"--max-steps must be >= 1, got {max_steps}")
+    capture = {"steps_from": steps_from, "max_steps": max_steps, "stop_after_profile": bool(stop_after_profile)}
     if not Path(script).is_file():
         raise WorkbenchError(f"training script not found: {script}")
     if nproc < 1:
         raise WorkbenchError(f"--nproc-per-node must be >= 1, got {nproc}")
     run_dir = Path(out) if out else default_run_dir(script)
-    env = dict(os.environ, WORKBENCH_RUN_DIR=str(run_dir.resolve()), WORKBENCH_SCHEDULE=",".join(map(str, schedule)))
+    env = dict(os.environ, WORKBENCH_RUN_DIR=str(run_dir.resolve()), WORKBENCH_SCHEDULE=",".join(map(str, schedule)),
+               WORKBENCH_STEPS_FROM=steps_from, WORKBENCH_MAX_STEPS=str(max_steps or ""),
+               WORKBENCH_STOP_AFTER_PROFILE="1" if stop_after_profile else "")
     command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
 
     if already_a_rank():
@@ -143,14 +173,14 @@ def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = 
         os.environ.update(env)
         rank = dist_env()[0]
         run_dir.mkdir(parents=True, exist_ok=True)
-        manifest = start_manifest(run_dir, command, nproc, schedule, config) if rank == 0 else None
+        manifest = start_manifest(run_dir, command, nproc, schedule, config, capture) if rank == 0 else None
         code = run_script(script, args)
         if manifest is not None:
             finish_manifest(run_dir, manifest, code)
         return code, run_dir
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = start_manifest(run_dir, command, nproc, schedule, config)
+    manifest = start_manifest(run_dir, command, nproc, schedule, config, capture)
     child = [sys.executable, "-m", "workbench.capture.bootstrap", script, *args]
     if nproc > 1:
         # torchrun's own exit code is 1 for any failure; the ranks' status files keep the real one.
