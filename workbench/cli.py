@@ -84,6 +84,11 @@ def _print_analysis(analysis, con) -> None:
         t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
                   *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in CATEGORIES])
     con.print(t)
+    ahead = analysis.host_ahead()
+    if ahead:
+        con.print(f"[cyan]note:[/] host_ahead: the GPU took {ahead['device_step_ms']:.1f} ms per step, the host "
+                  f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
+                  f"the loop); step times above are the GPU's")
     colours = {"critical": "red", "warning": "yellow", "info": "cyan"}
     for d in analysis.diagnoses:
         col = colours[d.severity]

@@ -10,7 +10,11 @@
         "steps": int,                   # profiled steps per rank (min over ranks)
         "step_ms": float,               # mean step time over ranks and steps
         "breakdown_pct": {category: float},   # mean share of step time, sums to 100
-        "per_rank": [{"rank", "steps", "step_ms", "<category>_ms", "<category>_pct"}]
+        "per_rank": [{"rank", "steps", "step_ms", "<category>_ms", "<category>_pct"}],
+        "host_step_ms": float,          # the same steps timed on the host (ProfilerStep annotations)
+        "host_ahead": {"device_step_ms", "host_step_ms", "ratio"} | null
+                                        # set when the GPU's steps take HOST_AHEAD_RATIO× the host's:
+                                        # the host ran ahead (CUDA graphs, no sync); step_ms is the GPU's
       },
       "diagnoses": [{"id", "severity", "title", "evidence", "recommendation",
                      "estimated_gain", "fix", "ranks"}],
@@ -47,6 +51,9 @@ from workbench.errors import WorkbenchError
 from workbench.load import Run, load_run
 
 JSON_SCHEMA = "workbench.analyze/1"
+# A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
+# (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
+HOST_AHEAD_RATIO = 1.10
 
 
 @dataclass(slots=True)
@@ -98,6 +105,15 @@ class Analysis:
             out["tokens_per_s"] = float(sum(tok))
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
+    def host_ahead(self) -> dict[str, float] | None:
+        """The host ran ahead of the GPU: steps take longer on the GPU's clock than on the host's."""
+        if self.breakdown.empty or "host_step_ms" not in self.breakdown or not self.run.has_gpu:
+            return None
+        dev, host = float(self.breakdown["step_ms"].mean()), float(self.breakdown["host_step_ms"].mean())
+        if host <= 0 or dev < HOST_AHEAD_RATIO * host:
+            return None
+        return {"device_step_ms": round(dev, 3), "host_step_ms": round(host, 3), "ratio": round(dev / host, 2)}
+
     @property
     def verdict(self) -> str:
         serious = [d for d in self.diagnoses if d.severity != "info"]
@@ -134,6 +150,8 @@ class Analysis:
                     {k: (int(v) if k in ("rank", "steps") else round(float(v), 3)) for k, v in row.items()}
                     for row in self.per_rank.to_dict("records")
                 ],
+                "host_step_ms": round(float(self.breakdown["host_step_ms"].mean()), 3) if not self.breakdown.empty else None,
+                "host_ahead": self.host_ahead(),
             },
             "diagnoses": [d.to_dict() for d in self.diagnoses],
             "verdict": self.verdict,

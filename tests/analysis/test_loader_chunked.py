@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import workbench.load.trace as trace_mod
-from workbench.load.columns import COMM_COLUMNS, COMM_NAME, DECODER, GPU_CATS, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _comm_row
+from workbench.load.columns import COMM_COLUMNS, COMM_NAME, DECODER, GPU_CATS, LAUNCH_CATS, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _comm_row
 from workbench.load.trace import read_bytes, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,15 +38,20 @@ def reference(path: Path) -> dict:
     is_gpu = np.fromiter((e.cat in GPU_CATS for e in complete), bool, len(complete))
     stream = np.full(len(complete), -1, dtype=np.int64)
     nbytes = np.zeros(len(complete), dtype=np.int64)
+    corr = np.full(len(complete), -1, dtype=np.int64)
     for i in np.flatnonzero(is_gpu):
         if complete[i].args:
             g = _GPU_DECODER.decode(complete[i].args)
-            stream[i], nbytes[i] = g.stream, g.bytes
+            stream[i], nbytes[i], corr[i] = g.stream, g.bytes, g.correlation
+    for i, e in enumerate(complete):
+        if e.cat in LAUNCH_CATS and e.args:
+            corr[i] = _ARGS_DECODER.decode(e.args).get("correlation", -1)
     ev = pd.DataFrame({
         "name": pd.Categorical([e.name for e in complete]), "cat": pd.Categorical([e.cat for e in complete]),
         "ts_us": np.fromiter((e.ts for e in complete), np.float64, len(complete)),
         "dur_us": np.fromiter((e.dur for e in complete), np.float64, len(complete)),
         "tid": pd.Categorical([str(e.tid) for e in complete]), "stream": stream, "is_gpu": is_gpu, "bytes": nbytes,
+        "correlation": corr,
     })
     g = ev["is_gpu"] & (ev["stream"] >= 0)
     if g.any():

@@ -28,7 +28,7 @@ from workbench.analysis.intervals import cat_mask, exclusive_lengths
 from workbench.load.trace import Trace
 
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
-BREAKDOWN_COLUMNS = ["rank", "step", "start_us", "end_us", "step_ms", *[f"{c}_ms" for c in CATEGORIES]]
+BREAKDOWN_COLUMNS = ["rank", "step", "start_us", "end_us", "step_ms", *[f"{c}_ms" for c in CATEGORIES], "host_step_ms"]
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
@@ -59,8 +59,9 @@ def comm_threads(trace: Trace) -> set[str]:
     return named | set(gloo["tid"].astype(str).unique())
 
 
-def step_windows(trace: Trace) -> pd.DataFrame:
-    """Columns: step (int), start_us, end_us. The whole trace is one step (-1) if none is marked."""
+def host_step_windows(trace: Trace) -> pd.DataFrame:
+    """Columns: step (int), start_us, end_us: the ``ProfilerStep#N`` annotations on the host (CPU)
+    clock. The whole trace is one step (-1) if none is marked."""
     ev = trace.events
     # the GPU copy of the annotation (cat gpu_user_annotation) spans the kernels, not the step
     marked = ev[cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern)) & ~ev["is_gpu"].to_numpy()
@@ -72,6 +73,76 @@ def step_windows(trace: Trace) -> pd.DataFrame:
             "end_us": (marked["ts_us"] + marked["dur_us"]).to_numpy(),
         }).sort_values("step", ignore_index=True)
     return pd.DataFrame({"step": [-1], "start_us": [ev["ts_us"].min()], "end_us": [(ev["ts_us"] + ev["dur_us"]).max()]})
+
+
+def device_bounds_us(trace: Trace, windows: pd.DataFrame) -> tuple[np.ndarray, float]:
+    """(end, prior_end): per host step window, the end of the last GPU event launched inside it
+    (NaN: none); and the end of the GPU work still running from before the first window (NaN: none).
+
+    A GPU event belongs to the step whose host window holds its launch (the cuda_runtime /
+    cuda_driver event with the same ``correlation`` id): kernels run later than they are
+    launched, and a host that runs ahead (CUDA graphs, no sync in the loop) finishes its part of
+    a step long before the GPU does. GPU events whose launch is not in the trace (made during the
+    profiler's warm-up) and that start before the first step's own GPU work are the previous
+    step's tail: the first step starts on the GPU once they are done.
+    """
+    out = np.full(len(windows), np.nan)
+    ev = trace.events
+    if "correlation" not in ev or not ev["is_gpu"].any():
+        return out, np.nan
+    corr = ev["correlation"].to_numpy()
+    is_gpu = ev["is_gpu"].to_numpy()
+    ts = ev["ts_us"].to_numpy()
+    launch = (corr >= 0) & ~is_gpu
+    gpu = (corr >= 0) & is_gpu
+    if not launch.any() or not gpu.any():
+        return out, np.nan
+    starts, ends = windows["start_us"].to_numpy(), windows["end_us"].to_numpy()
+    l_ts, l_corr = ts[launch], corr[launch]
+    idx = np.searchsorted(starts, l_ts, side="right") - 1
+    inside = idx >= 0
+    inside[inside] = l_ts[inside] < ends[idx[inside]]
+    step_of = pd.Series(idx[inside], index=l_corr[inside])
+    step_of = step_of[~step_of.index.duplicated(keep="first")]
+    g_step = step_of.reindex(corr[gpu]).to_numpy()
+    g_start = ts[gpu]
+    g_end = g_start + ev["dur_us"].to_numpy()[gpu]
+    ok = ~np.isnan(g_step)
+    if not ok.any():
+        return out, np.nan
+    last = pd.Series(g_end[ok]).groupby(g_step[ok].astype(np.int64)).max()
+    out[last.index.to_numpy()] = last.to_numpy()
+    first_own = g_start[ok].min()
+    prior = ~ok & (g_start < first_own)
+    return out, float(g_end[prior].max()) if prior.any() else np.nan
+
+
+def step_windows(trace: Trace) -> pd.DataFrame:
+    """Columns: step (int), start_us, end_us, host_start_us, host_end_us.
+
+    On GPU traces a step is timed on the GPU's clock: it ends when the last GPU work it launched
+    ends (or when the host step ends, if later) and starts where the previous step ended (or when
+    the host step starts, if later; the first step once the GPU has finished work launched before
+    the window, see :func:`device_bounds_us`). When the host keeps pace (host-bound, or any sync in the
+    loop) this is the host window; when the host runs ahead of the GPU (CUDA graphs, async
+    loops), the windows follow the GPU back to back and the host's own figure stays in
+    ``host_start_us``/``host_end_us``. CPU traces: the host windows (``ProfilerStep#N``).
+    """
+    host = host_step_windows(trace)
+    out = host.assign(host_start_us=host["start_us"], host_end_us=host["end_us"])
+    if host["step"].iloc[0] == -1:
+        return out
+    dev_end, prior_end = device_bounds_us(trace, host)
+    if np.isnan(dev_end).all():
+        return out
+    h_start, h_end = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+    end = np.fmax(h_end, dev_end)  # fmax ignores NaN: a step that launched nothing keeps its host end
+    start = h_start.copy()
+    start[0] = np.fmax(h_start[0], prior_end)
+    start[1:] = np.maximum(h_start[1:], end[:-1])
+    end = np.maximum(end, start)
+    out["start_us"], out["end_us"] = start, end
+    return out
 
 
 def _iv(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -112,14 +183,14 @@ def step_breakdown(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     windows = step_windows(trace)
     labels, layers = category_layers(trace)
     rows = []
-    for step, lo, hi in windows.itertuples(index=False):
+    for step, lo, hi, host_lo, host_hi in windows[["step", "start_us", "end_us", "host_start_us", "host_end_us"]].itertuples(index=False):
         lengths = exclusive_lengths(layers, lo, hi)
         row = dict.fromkeys(CATEGORIES, 0.0)
         for label, us in zip(labels, lengths[:-1]):
             row[label] += us / 1e3
         row["idle"] = lengths[-1] / 1e3
         rows.append({"rank": rank, "step": step, "start_us": lo, "end_us": hi, "step_ms": (hi - lo) / 1e3,
-                     **{f"{c}_ms": row[c] for c in CATEGORIES}})
+                     **{f"{c}_ms": row[c] for c in CATEGORIES}, "host_step_ms": (host_hi - host_lo) / 1e3})
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 
 

@@ -43,6 +43,11 @@ class _GpuArgs(msgspec.Struct, gc=False):
     stream: int = -1
     device: int = -1
     bytes: int = 0
+    correlation: int = -1
+
+
+class _CorrArgs(msgspec.Struct, gc=False):
+    correlation: int = -1
 
 
 class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated", "reserved": "Total Reserved", "device_type": "Device Type"}):
@@ -54,10 +59,14 @@ class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated",
 DECODER = msgspec.json.Decoder(_Trace | list[_Event])
 EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _GPU_DECODER = msgspec.json.Decoder(_GpuArgs)
+_CORR_DECODER = msgspec.json.Decoder(_CorrArgs)
 _MEM_DECODER = msgspec.json.Decoder(_MemArgs)
 _ARGS_DECODER = msgspec.json.Decoder(dict)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "Kernel"})
+# Host-side launches (cudaLaunchKernel, cudaMemcpyAsync, cuLaunchKernel …): their `correlation`
+# arg names the GPU event they started, which puts each GPU event in the step that launched it.
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 # Events that carry collective metadata: NCCL's record_param_comms, the c10d dispatcher ops seen
 # on gloo, functional collectives, and the NCCL kernels themselves.
 COMM_NAME = re.compile(r"^(record_param_comms|c10d::|_c10d_functional::|nccl:|ncclKernel|ncclDevKernel|gloo:)")
@@ -95,6 +104,8 @@ class Columns:
         self.ts, self.dur = array("d"), array("d")
         # GPU events' stream and bytes, by row: a fraction of the rows, so stored sparsely
         self.gpu_row, self.gpu_stream, self.gpu_bytes = array("q"), array("q"), array("q")
+        # correlation ids of GPU events and of the host launches that started them, by row
+        self.corr_row, self.corr_val = array("q"), array("q")
         self.is_comm_name: list[bool] = []  # by name code
         self.comm_rows: list[tuple] = []
         self.mem_rows: list[tuple[float, int, int, int]] = []
@@ -127,6 +138,14 @@ class Columns:
                 self.gpu_row.append(base + i)
                 self.gpu_stream.append(g.stream)
                 self.gpu_bytes.append(g.bytes)
+                if g.correlation >= 0:
+                    self.corr_row.append(base + i)
+                    self.corr_val.append(g.correlation)
+            elif e.cat in LAUNCH_CATS and e.args:
+                c = _CORR_DECODER.decode(e.args).correlation
+                if c >= 0:
+                    self.corr_row.append(base + i)
+                    self.corr_val.append(c)
         # the COMM_NAME regex runs once per distinct name, not once per event
         flags = self.is_comm_name
         flags.extend(bool(COMM_NAME.match(n)) for n in list(self.names)[len(flags):])
@@ -145,6 +164,8 @@ class Columns:
         rows = np.frombuffer(self.gpu_row, dtype=np.int64)
         stream[rows] = np.frombuffer(self.gpu_stream, dtype=np.int64)
         nbytes[rows] = np.frombuffer(self.gpu_bytes, dtype=np.int64)
+        correlation = np.full(n, -1, dtype=np.int64)
+        correlation[np.frombuffer(self.corr_row, dtype=np.int64)] = np.frombuffer(self.corr_val, dtype=np.int64)
         events = pd.DataFrame(
             {
                 "name": _categorical(self.name_code, self.names),
@@ -155,6 +176,7 @@ class Columns:
                 "stream": stream,
                 "is_gpu": is_gpu,
                 "bytes": nbytes,
+                "correlation": correlation,
             }
         )
         # GPU events live on their stream, not on the CPU thread id Kineto files them under

@@ -15,7 +15,9 @@ Tables (pandas DataFrames), one set per rank:
 ``events``  one row per complete ("X") event, sorted by ts:
     name (category), cat (category), ts_us (float64, trace clock), dur_us (float64),
     tid (category; the CPU thread, or the GPU stream for device events), stream (int64; -1 on CPU),
-    is_gpu (bool), bytes (int64; bytes moved by GPU memcpy/memset events, else 0)
+    is_gpu (bool), bytes (int64; bytes moved by GPU memcpy/memset events, else 0),
+    correlation (int64; on GPU events and the host launches (cuda_runtime/cuda_driver) that
+    started them, the id that pairs the two; else -1)
 ``memory``  one row per ``[memory]`` instant event: ts_us, allocated_bytes, reserved_bytes, device_type
             (0 CPU, 1 CUDA)
 ``comms``   one row per collective (``record_param_comms``, ``c10d::*``, ``nccl:*``, NCCL kernels):
