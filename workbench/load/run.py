@@ -4,6 +4,8 @@
 ``*.pt.trace.json[.gz]`` files as ``torch.profiler.tensorboard_trace_handler`` writes them
 (one per rank; the rank comes from each trace's ``distributedInfo``). Missing pieces are fine
 (no manifest, no NVML, no steps); a corrupt piece is a :class:`TraceError` naming the file.
+Traces that cannot be one job with the others (another world size, process groups, process for
+the same rank, or time) are set aside with a warning: :mod:`workbench.load.jobs` has the rule.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import pandas as pd
 
 from workbench import contract
 from workbench.errors import TraceError, WorkbenchError
+from workbench.load import jobs
+from workbench.load.jobs import Candidate
 from workbench.load.trace import Trace, read_trace
 
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
@@ -40,6 +44,9 @@ class Run:
     manifest: dict[str, Any]
     ranks: dict[int, RankData]
     warnings: list[str] = field(default_factory=list)
+    set_aside: list[Path] = field(default_factory=list)
+    """Trace files found but not analysed: they cannot be one job with the rest (see
+    :mod:`workbench.load.jobs`); ``warnings`` says why."""
 
     @property
     def name(self) -> str:
@@ -132,20 +139,21 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
 
     wanted = set(ranks) if ranks is not None else None
     run = Run(path=root if path.is_file() else path, manifest=manifest, ranks={})
+    cands: list[Candidate] = []
     for i, f in enumerate(files):
         m = _RANK_FILE.match(f.name)
         if m and wanted is not None and int(m.group(1)) not in wanted:
             continue
         trace = read_trace(f)
-        rank = trace.rank if trace.rank is not None else (int(m.group(1)) if m else len(run.ranks))
+        # no distributedInfo rank: a single-process job, so rank 0 (its cycles then collapse below)
+        rank = trace.rank if trace.rank is not None else (int(m.group(1)) if m else 0)
         if progress:
             progress(i + 1, len(files), f)
         if wanted is not None and rank not in wanted:
             continue
-        if rank in run.ranks and run.ranks[rank].trace is not None:
-            # tensorboard_trace_handler writes one file per profiler cycle: keep the newest.
-            run.warnings.append(f"rank {rank} has several traces; using {f.name}")
-        run.ranks[rank] = RankData(rank=rank, trace=trace)
+        cands.append(Candidate(rank, trace))
+    for c in _one_job(run, cands):
+        run.ranks[c.rank] = RankData(rank=c.rank, trace=c.trace)
 
     if not path.is_file():
         for f in sorted(path.glob("steps_rank*.csv")):
@@ -161,6 +169,28 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
     if manifest.get("status") == contract.STATUS_FAILED:
         run.warnings.append(f"the run failed: {manifest.get('error') or 'exit code ' + str(manifest.get('exit_code'))}")
     return run
+
+
+def _one_job(run: Run, cands: list[Candidate]) -> list[Candidate]:
+    """The traces analysed as ``run`` (see :mod:`workbench.load.jobs` for the rule); the others
+    go to ``run.set_aside`` with a one-line warning."""
+    kept, cycles = jobs.newest_per_process(cands)
+    for c in cycles:
+        # tensorboard_trace_handler writes one file per profiler cycle: the newest is kept.
+        using = next(k for k in kept if k.rank == c.rank and k.process == c.process)
+        run.warnings.append(f"rank {c.rank} has several traces; using {using.name}")
+    off = [(c, why) for c in kept if (why := jobs.against_manifest(c, run.manifest))]
+    if off:
+        kept = [c for c in kept if all(c is not o for o, _ in off)]
+        if not kept:
+            raise WorkbenchError(f"{run.path}: no trace belongs to the job its manifest.json describes: "
+                                 + "; ".join(f"{c.name} ({why})" for c, why in off[: jobs.MAX_NAMED]))
+        run.warnings.append(jobs.aside_warning(off, len(kept), "cannot belong to the job manifest.json describes"))
+    kept, aside = jobs.one_job(kept)
+    if aside:
+        run.warnings.append(jobs.aside_warning(aside, len(kept)))
+    run.set_aside = [c.trace.path for c, _ in off + aside]
+    return sorted(kept, key=lambda c: c.rank)
 
 
 def align_clocks(traces: dict[int, Trace]) -> None:
