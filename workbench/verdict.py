@@ -5,7 +5,8 @@
 
     {
       "json_schema": "workbench.analyze/1",
-      "run": {"path", "name", "status", "world_size", "device", "has_gpu", "warnings": [str]},
+      "run": {"path", "name", "status", "world_size", "device", "has_gpu", "warnings": [str],
+              "steps_from"},            # added in issue 11: what ended a step (manifest), or null
       "summary": {
         "steps": int,                   # profiled steps per rank (min over ranks)
         "step_ms": float,               # mean step time over ranks and steps
@@ -25,7 +26,22 @@
           peak_allocated_gib, straggler_work_ratio, tokens_per_s (steps CSV, when written)
       "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
                        "calls_per_step", "bytes_per_step", "total_ms"}],   # added in issue 4
-      "clock": {rank: {"offset_us", "source"}}                          # added in issue 4
+      "clock": {rank: {"offset_us", "source"}},                         # added in issue 4
+      "efficiency": {                   # added in issue 10; null when no op's FLOPs could be counted
+        "flops_per_step": float,        # model FLOPs per step and device, from the ops' shapes
+                                        # (analysis.flops), mean over ranks and steps
+        "achieved_tflops": float,       # those FLOPs / step time (the GPU's clock), per device
+        "mfu_pct": float|null,          # time the FLOPs need at each dtype's dense peak / step time
+        "mfu_bf16_pct": float|null,     # all FLOPs against the bf16 peak (the usual headline)
+        "dtype_flops_pct": {dtype: float},  # share of the FLOPs per dtype that ran (bf16, fp16,
+                                        # fp8, tf32, fp32 …)
+        "peak": {"tflops": {dtype: float}, "hbm_tb_s", "source"} | null,   # workbench.peaks
+        "per_step": [{"rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct", "mfu_bf16_pct"}],
+        "classes": [{"class", "subclass", "kernels", "time_ms", "time_pct", "flops", "tflops_per_s",
+                     "bytes", "gb_per_s", "bound", "pct_of_peak"}],   # every GPU kernel of all
+                                        # ranks in one class (analysis.kernel_classes), largest first
+        "other_kernels": [{"name", "calls", "time_ms"}]   # kernels no class matched, by name
+      }
     }
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
 Keys are only ever added to this schema, never renamed or removed.
@@ -42,6 +58,7 @@ import pandas as pd
 import numpy as np
 
 from workbench.analysis.comm import collective_inventory, comm_overlap
+from workbench.analysis.kernel_classes import Efficiency, class_breakdown, efficiency, unclassified
 from workbench.analysis.kernels import device_busy
 from workbench.analysis.memory import GIB, memory_summary
 from workbench.analysis.skew import rank_skew
@@ -100,10 +117,49 @@ class Analysis:
         for df in ctx.steps.values():
             if df is not None and "tokens" in df and df["tokens"].notna().any() and "step_ms" in df:
                 d = df.dropna(subset=["tokens"])
-                tok.append(float(d["tokens"].sum() / (d["step_ms"].sum() / 1e3)))
+                tok.append(float(d["tokens"].sum() / (step_time_ms(d).sum() / 1e3)))
         if tok:
             out["tokens_per_s"] = float(sum(tok))
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+    def efficiency_frames(self) -> dict[int, Efficiency]:
+        """analysis.kernel_classes.efficiency of every rank (FLOPs, MFU per step, kernel classes)."""
+        ctx = self.context
+        if ctx is None:
+            return {}
+        device = self.run.device_name
+        return {r: ctx.frame("efficiency", r, lambda t, w: efficiency(t, device, w)) for r in ctx.traces}
+
+    def efficiency_json(self) -> dict[str, Any] | None:
+        """The ``efficiency`` JSON key (see the module docstring); None when no FLOPs were counted."""
+        frames = self.efficiency_frames()
+        steps = [e.per_step.assign(rank=r) for r, e in frames.items() if not e.per_step.empty]
+        steps = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame()
+        if steps.empty or not (steps["flops"] > 0).any():
+            return None
+        from workbench.peaks import device_peak
+
+        def num(v):
+            return None if v is None or (isinstance(v, float) and np.isnan(v)) else round(float(v), 4)
+
+        by_dtype = pd.concat([e.ops.groupby("dtype")["flops"].sum() for e in frames.values()]).groupby(level=0).sum()
+        kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty] or [pd.DataFrame()], ignore_index=True)
+        classes = class_breakdown(kernels, self.run.device_name) if not kernels.empty else pd.DataFrame()
+        peak = device_peak(self.run.device_name)
+        return {
+            "flops_per_step": num(steps["flops"].mean()),
+            "achieved_tflops": num(steps["tflops_per_s"].mean()),
+            "mfu_pct": num(steps["mfu_pct"].mean()) if steps["mfu_pct"].notna().any() else None,
+            "mfu_bf16_pct": num(steps["mfu_bf16_pct"].mean()) if steps["mfu_bf16_pct"].notna().any() else None,
+            "dtype_flops_pct": {str(d): round(100.0 * f / by_dtype.sum(), 2) for d, f in by_dtype.items()},
+            "peak": {"tflops": dict(peak.tflops), "hbm_tb_s": peak.hbm_tb_s, "source": peak.source} if peak else None,
+            "per_step": [{k: (int(v) if k in ("rank", "step") else num(v)) for k, v in row.items()}
+                         for row in steps[["rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct", "mfu_bf16_pct"]].to_dict("records")],
+            "classes": [{k: (num(v) if isinstance(v, (float, np.floating)) else (int(v) if isinstance(v, (int, np.integer)) else v))
+                         for k, v in row.items()} for row in classes.to_dict("records")],
+            "other_kernels": [{"name": str(r["name"]), "calls": int(r["calls"]), "time_ms": num(r["time_ms"])}
+                              for r in (unclassified(kernels).to_dict("records") if not kernels.empty else [])],
+        }
 
     def host_ahead(self) -> dict[str, float] | None:
         """The host ran ahead of the GPU: steps take longer on the GPU's clock than on the host's."""
@@ -141,6 +197,7 @@ class Analysis:
                 "device": self.run.device_name,
                 "has_gpu": self.run.has_gpu,
                 "warnings": list(self.run.warnings),
+                "steps_from": m.get("steps_from"),
             },
             "summary": {
                 "steps": int(self.per_rank["steps"].min()) if not self.per_rank.empty else 0,
@@ -161,7 +218,16 @@ class Analysis:
                 for row in self.collectives().to_dict("records")
             ],
             "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.traces.items()},
+            "efficiency": self.efficiency_json(),
         }
+
+
+def step_time_ms(steps: pd.DataFrame) -> pd.Series:
+    """Each steps-CSV row's time: on the GPU's clock where capture recorded it (``gpu_step_ms``),
+    else the host's (``step_ms``). The two agree unless the host ran ahead of the GPU."""
+    if "gpu_step_ms" in steps:
+        return steps["gpu_step_ms"].fillna(steps["step_ms"])
+    return steps["step_ms"]
 
 
 def analyze_run(path: Path | str | Run, progress=None) -> Analysis:

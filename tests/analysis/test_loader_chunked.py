@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 import workbench.load.trace as trace_mod
-from workbench.load.columns import COMM_COLUMNS, COMM_NAME, DECODER, GPU_CATS, LAUNCH_CATS, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _comm_row
+from workbench.load.columns import (COMM_COLUMNS, COMM_NAME, DECODER, GPU_CATS, LAUNCH_CATS, SHAPE_OP, _ARGS_DECODER, _GPU_DECODER,
+                                     _MEM_DECODER, _SHAPE_DECODER, _comm_row)
 from workbench.load.trace import read_bytes, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,12 +47,16 @@ def reference(path: Path) -> dict:
     for i, e in enumerate(complete):
         if e.cat in LAUNCH_CATS and e.args:
             corr[i] = _ARGS_DECODER.decode(e.args).get("correlation", -1)
+    op_args = np.full(len(complete), None, dtype=object)
+    for i, e in enumerate(complete):
+        if e.cat == "cpu_op" and e.args and SHAPE_OP.match(e.name):
+            op_args[i] = _SHAPE_DECODER.decode(e.args)
     ev = pd.DataFrame({
         "name": pd.Categorical([e.name for e in complete]), "cat": pd.Categorical([e.cat for e in complete]),
         "ts_us": np.fromiter((e.ts for e in complete), np.float64, len(complete)),
         "dur_us": np.fromiter((e.dur for e in complete), np.float64, len(complete)),
         "tid": pd.Categorical([str(e.tid) for e in complete]), "stream": stream, "is_gpu": is_gpu, "bytes": nbytes,
-        "correlation": corr,
+        "correlation": corr, "op_args": op_args,
     })
     g = ev["is_gpu"] & (ev["stream"] >= 0)
     if g.any():

@@ -3,7 +3,8 @@
 msgspec decodes events into typed structs that keep 7 fields and leave ``args`` as raw bytes;
 :class:`Columns` folds each batch of structs into compact arrays (float64 times, int32 codes
 for names, categories and threads) and decodes ``args`` only for the few events analysis reads
-(GPU kernels' stream and bytes, memory samples, collectives, thread names). The loader feeds it
+(GPU kernels' stream and bytes, memory samples, collectives, thread names, and the shapes of
+the operators whose FLOPs are counted, see ``SHAPE_OP``). The loader feeds it
 one slice of ~50k events at a time and drops the slice, so a 500k-event trace never exists as
 500k Python objects at once (that, not the JSON text, is what made a whole-file decode peak at
 ~640 MiB on a 153 MB trace). The whole-file fallback feeds it all events in one batch; either way
@@ -50,6 +51,14 @@ class _CorrArgs(msgspec.Struct, gc=False):
     correlation: int = -1
 
 
+class _ShapeArgs(msgspec.Struct, gc=False, rename={"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}):
+    """What ``record_shapes=True`` stores on a cpu_op: one entry per argument of the op's schema."""
+
+    dims: list = []
+    types: list = []
+    concrete: list = []
+
+
 class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated", "reserved": "Total Reserved", "device_type": "Device Type"}):
     allocated: int | float = 0
     reserved: int | float = 0
@@ -61,6 +70,7 @@ EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _GPU_DECODER = msgspec.json.Decoder(_GpuArgs)
 _CORR_DECODER = msgspec.json.Decoder(_CorrArgs)
 _MEM_DECODER = msgspec.json.Decoder(_MemArgs)
+_SHAPE_DECODER = msgspec.json.Decoder(_ShapeArgs)
 _ARGS_DECODER = msgspec.json.Decoder(dict)
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "Kernel"})
@@ -70,6 +80,15 @@ LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 # Events that carry collective metadata: NCCL's record_param_comms, the c10d dispatcher ops seen
 # on gloo, functional collectives, and the NCCL kernels themselves.
 COMM_NAME = re.compile(r"^(record_param_comms|c10d::|_c10d_functional::|nccl:|ncclKernel|ncclDevKernel|gloo:)")
+
+# Operators whose FLOPs workbench.analysis.flops counts from their shapes. Only these cpu_ops get
+# their args decoded (into the events' ``op_args`` column): decoding every op's args is what makes
+# a 500k-event trace slow. Container ops (aten::linear, aten::matmul, aten::conv2d) are left out on
+# purpose: their children here carry the FLOPs with the dtype that really ran (under autocast
+# aten::linear sees fp32 weights, its aten::addmm bf16 ones).
+SHAPE_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_scaled_mm|convolution|convolution_backward"
+                      r"|scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+"
+                      r"|_efficient_attention_\w+|_cudnn_attention_\w+)$")
 
 COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu", "tid"]
 MEMORY_COLUMNS = ["ts_us", "allocated_bytes", "reserved_bytes", "device_type"]
@@ -107,6 +126,9 @@ class Columns:
         # correlation ids of GPU events and of the host launches that started them, by row
         self.corr_row, self.corr_val = array("q"), array("q")
         self.is_comm_name: list[bool] = []  # by name code
+        self.is_shape_name: list[bool] = []  # by name code
+        self.shape_row: array = array("q")
+        self.shape_args: list[_ShapeArgs] = []
         self.comm_rows: list[tuple] = []
         self.mem_rows: list[tuple[float, int, int, int]] = []
         self.threads: dict[str, str] = {}
@@ -150,8 +172,16 @@ class Columns:
         flags = self.is_comm_name
         flags.extend(bool(COMM_NAME.match(n)) for n in list(self.names)[len(flags):])
         flags_np = np.array(flags, dtype=bool)
-        for i in np.flatnonzero(flags_np[np.array(names, dtype=np.int64)]):
+        codes = np.array(names, dtype=np.int64)
+        for i in np.flatnonzero(flags_np[codes]):
             self.comm_rows.append(_comm_row(complete[i]))
+        shape = self.is_shape_name
+        shape.extend(bool(SHAPE_OP.match(n)) for n in list(self.names)[len(shape):])
+        for i in np.flatnonzero(np.array(shape, dtype=bool)[codes]):
+            e = complete[i]
+            if e.cat == "cpu_op" and e.args:
+                self.shape_row.append(base + i)
+                self.shape_args.append(_SHAPE_DECODER.decode(e.args))
 
     def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(events, memory, comms) as documented in :mod:`workbench.load.trace`."""
@@ -166,6 +196,10 @@ class Columns:
         nbytes[rows] = np.frombuffer(self.gpu_bytes, dtype=np.int64)
         correlation = np.full(n, -1, dtype=np.int64)
         correlation[np.frombuffer(self.corr_row, dtype=np.int64)] = np.frombuffer(self.corr_val, dtype=np.int64)
+        op_args = np.full(n, None, dtype=object)
+        if self.shape_args:
+            # fromiter: a plain assignment would let numpy look inside each struct
+            op_args[np.frombuffer(self.shape_row, dtype=np.int64)] = np.fromiter(self.shape_args, dtype=object, count=len(self.shape_args))
         events = pd.DataFrame(
             {
                 "name": _categorical(self.name_code, self.names),
@@ -177,6 +211,7 @@ class Columns:
                 "is_gpu": is_gpu,
                 "bytes": nbytes,
                 "correlation": correlation,
+                "op_args": op_args,
             }
         )
         # GPU events live on their stream, not on the CPU thread id Kineto files them under
