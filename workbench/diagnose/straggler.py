@@ -11,6 +11,11 @@ machine measured 1.05–1.14 with ~150 ms steps (tests/analysis healthy fixture)
 ~50 ms steps while other jobs ran (CPU contention is a real straggler, but not a code fault);
 a rank 30 % slower wastes a quarter of every other rank's time.
 
+Only ranks that communicate wait for one another: a run whose traces hold no collective or
+point-to-point op (independent processes, e.g. a Trainer that fell back to one model per rank)
+has no straggler, however different its ranks' speeds (a 2-rank Hugging Face Trainer run on CPU
+that never wrapped the model in DDP was reported as "rank 0 works 1.33× the others; they wait").
+
 Estimated gain (upper bound): the straggler's excess work disappears from every step:
 speed-up ≤ step_ms / (step_ms − excess_ms).
 """
@@ -43,6 +48,8 @@ def straggler_rank(ctx: Context) -> Diagnosis | None:
     b = ctx.breakdown
     if b.empty or b["rank"].nunique() < 2:
         return None
+    if ctx.traces and all(t.comms.empty for t in ctx.traces.values()):
+        return None  # no rank waits for another
     skew = rank_skew(b).set_index("rank")
     work = skew["work_ms"]
     ratios = per_step_ratios(b)

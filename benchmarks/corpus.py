@@ -1,0 +1,412 @@
+"""Public training scripts nobody here wrote, run unmodified under ``workbench profile`` (issue 11).
+
+Each entry of :data:`ENTRIES` names a script in a public repository (repo, path, commit), the
+exact arguments it ran with, where it runs (``cpu``: this 2-core machine, gloo; ``gpu``: the H200
+machine) and the verdict expected of it. Their code lives only in the git-ignored ``corpus/``
+folder; what the repository keeps is the trimmed run directories under ``traces/corpus/`` that
+``tests/test_corpus.py`` checks.
+
+    python benchmarks/corpus.py extract                         # corpus/ from local mirrors
+    python benchmarks/corpus.py run --kind cpu --out runs/corpus [--only NAME]
+    python benchmarks/corpus.py check runs/corpus               # verdict vs expectation (here)
+    python benchmarks/corpus.py trim runs/corpus traces/corpus  # commit-sized copies
+    python benchmarks/corpus.py pack runs/corpus $OUT/corpus_runs.tar.gz
+
+On the GPU machine, with the repository and ``corpus/`` carried and nothing installed:
+
+    PYTHONPATH=. python benchmarks/corpus.py run --kind gpu --out /tmp/corpus \
+        && python benchmarks/corpus.py pack /tmp/corpus $OUT/corpus_gpu.tar.gz
+
+``run`` makes the data and tiny model files the scripts read (generated text, a Qwen2 config
+with a word-level tokenizer: data, not code, so nothing is downloaded) before it starts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "corpus"
+MIRRORS = Path("/work/.mirror")
+
+# Commits the corpus/ copies were taken from (the newest stored snapshot on 2026-12-02).
+SOURCES = {
+    "pytorch/examples": ("pytorch-examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8"),
+    "Lightning-AI/pytorch-lightning": ("lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414"),
+    "huggingface/pytorch-image-models": ("timm", "aa4b5850c1543fa488abf260f18390eda46cf85d"),
+    # Too large to mirror here (1.3 GB): the one file was copied from the code index at this commit.
+    "huggingface/transformers": ("transformers", "0680b54f24ae809e17f4a554d137f19807611caf"),
+}
+EXTRACT = {
+    "pytorch/examples": ["word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py",
+                         "distributed/ddp-tutorial-series/multigpu_torchrun.py",
+                         "distributed/ddp-tutorial-series/datautils.py", "distributed/FSDP2/example.py",
+                         "distributed/FSDP2/checkpoint.py", "distributed/FSDP2/model.py", "distributed/FSDP2/utils.py",
+                         "imagenet/main.py"],
+    "Lightning-AI/pytorch-lightning": ["examples/pytorch/basics/transformer.py",
+                                       "examples/pytorch/bug_report/bug_report_model.py"],
+    "huggingface/pytorch-image-models": ["benchmark.py", "timm"],
+}
+
+# Per-entry wall limit: a GPU entry must fit the lead's single 8-minute device call with the others.
+GPU_TIMEOUT_S = 60
+CPU_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    name: str
+    """Run directory name; also the fixture's name under traces/corpus/."""
+    repo: str
+    """owner/name on GitHub; the commit is SOURCES[repo]."""
+    path: str
+    """The script, relative to the repository root."""
+    kind: str
+    """cpu (this machine, gloo) or gpu (the H200 machine)."""
+    args: tuple[str, ...] = ()
+    """The script's own arguments, exactly as run."""
+    nproc: int = 1
+    """Ranks (``workbench profile --nproc-per-node``)."""
+    gpus: int = 0
+    """GPUs the script needs; ``run`` skips it on a machine with fewer."""
+    profile_args: tuple[str, ...] = ()
+    """Extra ``workbench profile`` options (schedule, step source)."""
+    env: dict = field(default_factory=dict)
+    """Environment for the script (offline switches; never a change to its code)."""
+    expect: tuple[str, ...] = ()
+    """Diagnosis ids that must be in the verdict."""
+    expect_absent: tuple[str, ...] = ()
+    """Diagnosis ids that must not be."""
+    steps_from: str | None = "optimizer"
+    """The step source the ranks resolved (status_rank*.json); None: the script never stepped."""
+    traced: bool = True
+    """False: the run ends before the profiler's window completes, so there is no trace and
+    analysis must refuse it with its one-line 'no trace' error rather than crash."""
+    why: str = ""
+
+    @property
+    def cwd(self) -> Path:
+        """Where it runs: the script's folder, as its README runs it (relative data paths)."""
+        return CORPUS / SOURCES[self.repo][0] / Path(self.path).parent
+
+    @property
+    def commit(self) -> str:
+        return SOURCES[self.repo][1]
+
+
+_HF_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+_HF_ARGS = ("--output_dir", "hf_out", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1")
+
+ENTRIES: list[Entry] = [
+    # --- this CPU machine (torch 2.13 CPU, gloo) ---
+    Entry(name="word_lm_cpu", repo="pytorch/examples", path="word_language_model/main.py", kind="cpu",
+          args=("--epochs", "1", "--emsize", "64", "--nhid", "64", "--log-interval", "50"),
+          expect_absent=("dataloader_stall", "exposed_communication", "straggler_rank"), steps_from="backward",
+          why="a loop without torch.optim (p.data.add_): steps must come from backward()"),
+    Entry(name="lightning_transformer_cpu", repo="Lightning-AI/pytorch-lightning",
+          path="examples/pytorch/basics/transformer.py", kind="cpu",
+          expect_absent=("exposed_communication", "straggler_rank"),
+          why="PyTorch Lightning Trainer.fit, DataLoader without workers, one process"),
+    Entry(name="lightning_bug_report_cpu", repo="Lightning-AI/pytorch-lightning",
+          path="examples/pytorch/bug_report/bug_report_model.py", kind="cpu", traced=False,
+          why="a script that trains one step (limit_train_batches=1): fewer steps than the schedule"),
+    Entry(name="hf_trainer_ddp_cpu", repo="huggingface/transformers",
+          path="tests/trainer/distributed/scripts/train.py", kind="cpu", nproc=2,
+          args=("--model_name", "../../../../models/qwen2-tiny", "--per_device_train_batch_size", "4",
+                "--max_steps", "16", "--ddp_backend", "gloo", *_HF_ARGS),
+          env=_HF_OFFLINE, expect_absent=("dataloader_stall", "exposed_communication", "straggler_rank"),
+          why="Hugging Face Trainer under torchrun, 2 gloo ranks. transformers 5 on CPU does not wrap the model "
+              "in DDP (it warns 'parallel_mode != DISTRIBUTED', with or without workbench): the trace has no "
+              "collective, each rank trains alone"),
+    Entry(name="fsdp2_example_cpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="cpu",
+          nproc=2, steps_from=None, traced=False, why="the FSDP2 example refuses to run without 2 accelerators: a run with no training step"),
+    # --- the GPU machine (torch 2.11 + CUDA 13, one or two H200) ---
+    Entry(name="ddp_torchrun_gpu", repo="pytorch/examples", path="distributed/ddp-tutorial-series/multigpu_torchrun.py",
+          kind="gpu", gpus=1, args=("2", "10", "--batch_size", "32"),
+          expect=("low_gpu_utilization",),
+          why="plain DDP over NCCL as torchrun runs it (reads LOCAL_RANK); Linear(20, 1) keeps the GPU ~1% busy"),
+    Entry(name="imagenet_resnet50_gpu", repo="pytorch/examples", path="imagenet/main.py", kind="gpu", gpus=1,
+          args=("-a", "resnet50", "--dummy", "-b", "128", "-j", "4", "--epochs", "1", "--print-freq", "10"),
+          profile_args=("--schedule", "5,1,3"),
+          expect=("dataloader_stall",),
+          why="torchvision classifier, FakeData + ToTensor per sample through 4 DataLoader workers"),
+    Entry(name="timm_bench_train_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
+          gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
+                        "--num-bench-iter", "20"),
+          expect_absent=("dataloader_stall",),
+          why="timm's own train benchmark (synthetic input, AMP, timm optimizer factory)"),
+    Entry(name="hf_trainer_gpu", repo="huggingface/transformers", path="tests/trainer/distributed/scripts/train.py",
+          kind="gpu", gpus=1,
+          args=("--model_name", "../../../../models/qwen2-small", "--per_device_train_batch_size", "8",
+                "--max_steps", "16", "--bf16", *_HF_ARGS),
+          env=_HF_OFFLINE, expect_absent=("dataloader_stall",),
+          why="Hugging Face Trainer, one GPU, bf16, a tiny Qwen2 built from a config"),
+    Entry(name="lightning_transformer_gpu", repo="Lightning-AI/pytorch-lightning",
+          path="examples/pytorch/basics/transformer.py", kind="gpu", gpus=1,
+          why="PyTorch Lightning on one GPU (accelerator auto)"),
+    Entry(name="word_lm_gpu", repo="pytorch/examples", path="word_language_model/main.py", kind="gpu", gpus=1,
+          args=("--accel", "--epochs", "1", "--log-interval", "50"), steps_from="backward",
+          why="the loop without torch.optim on a GPU: steps from backward(), a small LSTM"),
+    Entry(name="fsdp2_example_gpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="gpu",
+          gpus=2, nproc=2, args=("--mixed-precision",),
+          why="FSDP2 fully_shard + MixedPrecisionPolicy over NCCL; needs 2 GPUs (nvidia-h200-x2)"),
+]
+BY_NAME = {e.name: e for e in ENTRIES}
+
+
+# --------------------------------------------------------------------------------------------
+# Data and model files the scripts read (generated, deterministic: never downloaded)
+
+_WORDS = 6000
+
+
+def _text(n_words: int, seed: int) -> str:
+    """Zipf-distributed pseudo-words in lines of ~20: LM scripts tokenize by whitespace."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(_WORDS)]
+    weights = [1.0 / (i + 1) for i in range(_WORDS)]
+    words = rng.choices(vocab, weights=weights, k=n_words)
+    return "\n".join(" ".join(words[i:i + 20]) for i in range(0, n_words, 20)) + "\n"
+
+
+def prepare(entries: list[Entry]) -> None:
+    repos = {e.repo for e in entries}
+    if "pytorch/examples" in repos:
+        d = CORPUS / "pytorch-examples/word_language_model/data/wikitext-2"
+        d.mkdir(parents=True, exist_ok=True)
+        for split, n, seed in (("train", 400_000, 1), ("valid", 40_000, 2), ("test", 40_000, 3)):
+            if not (d / f"{split}.txt").exists():
+                (d / f"{split}.txt").write_text(_text(n, seed))
+    if "Lightning-AI/pytorch-lightning" in repos:
+        f = CORPUS / "lightning/examples/pytorch/basics/data/wikitext-2.txt"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if not f.exists():  # WikiText2 downloads only when the file is missing
+            f.write_text(_text(400_000, 4))
+    if "huggingface/transformers" in repos:
+        for e in entries:
+            if e.repo == "huggingface/transformers":
+                _hf_model(CORPUS / "transformers/models" / ("qwen2-tiny" if e.kind == "cpu" else "qwen2-small"),
+                          small=e.kind == "gpu")
+
+
+def _hf_model(path: Path, small: bool) -> None:
+    """A word-level tokenizer over the script's own sentences and a Qwen2 built from a config."""
+    if (path / "config.json").exists():
+        return
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    words = ("The quick brown fox jumps over the lazy dog . A journey of a thousand miles begins with single step "
+             "To be or not to , that is question All glitters gold wanders lost").split()
+    vocab = {w: i for i, w in enumerate(["<unk>", "<pad>", "<eos>", *dict.fromkeys(words)])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>")
+    dims = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
+                num_key_value_heads=8) if small else dict(hidden_size=64, intermediate_size=256,
+                                                          num_hidden_layers=2, num_attention_heads=4,
+                                                          num_key_value_heads=2)
+    cfg = Qwen2Config(vocab_size=len(vocab), max_position_embeddings=256, pad_token_id=1, eos_token_id=2,
+                      bos_token_id=2, **dims)
+    import torch
+
+    torch.manual_seed(0)
+    path.mkdir(parents=True, exist_ok=True)
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    fast.save_pretrained(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Steps
+
+
+def extract() -> None:
+    """corpus/ from the local mirrors (the ``fetch`` tool's bare git directories)."""
+    for repo, paths in EXTRACT.items():
+        folder, commit = SOURCES[repo]
+        git_dir = MIRRORS / repo.replace("/", "+") / "repo"
+        dest = CORPUS / folder
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", commit, *paths], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        print(f"{repo}@{commit[:12]} -> {dest}")
+    hf = CORPUS / "transformers" / BY_NAME["hf_trainer_ddp_cpu"].path
+    if not hf.exists():
+        print(f"missing {hf}: copy huggingface/transformers@{SOURCES['huggingface/transformers'][1][:12]}:"
+              f"{BY_NAME['hf_trainer_ddp_cpu'].path} there by hand (the repo is too large to mirror)")
+
+
+def _gpu_count() -> int:
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                         capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+def command(e: Entry, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "workbench", "profile", "--stop-after-profile", "--out", str(run_dir),
+            *(["--nproc-per-node", str(e.nproc)] if e.nproc > 1 else []), *e.profile_args,
+            Path(e.path).name, *e.args]
+
+
+def run(kind: str, out: Path, only: list[str] | None) -> list[dict]:
+    entries = [e for e in ENTRIES if e.kind == kind and (not only or e.name in only)]
+    prepare(entries)
+    gpus = _gpu_count() if kind == "gpu" else 0
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for e in entries:
+        run_dir = (out / e.name).resolve()
+        if e.gpus > gpus:
+            results.append({"name": e.name, "skipped": f"needs {e.gpus} GPUs, {gpus} here"})
+            print(f"== {e.name}: skipped (needs {e.gpus} GPUs, {gpus} here)", flush=True)
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = command(e, run_dir)
+        env = dict(os.environ, **e.env, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+        print(f"== {e.name}: (cd {e.cwd.relative_to(REPO)} && {' '.join(cmd[1:])})", flush=True)
+        log = out / f"{e.name}.log"
+        t0 = time.monotonic()
+        with log.open("w") as fh:
+            # Own session so a timeout ends torchrun and every rank, not just the launcher.
+            proc = subprocess.Popen(cmd, cwd=e.cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            timeout = GPU_TIMEOUT_S if kind == "gpu" else CPU_TIMEOUT_S
+            try:
+                code, timed_out = proc.wait(timeout=timeout), False
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGINT)
+                try:
+                    code = proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    code = proc.wait()
+                timed_out = True
+        wall = round(time.monotonic() - t0, 1)
+        if run_dir.is_dir():
+            shutil.copy(log, run_dir / "console.log")
+        results.append({"name": e.name, "exit_code": code, "timed_out": timed_out, "wall_s": wall})
+        print(f"   exit {code}{' (timed out)' if timed_out else ''} in {wall} s; tail of {log}:", flush=True)
+        print("   " + "\n   ".join(log.read_text(errors="replace").splitlines()[-6:]), flush=True)
+    (out / f"summary_{kind}.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+# Trimmed fixtures stay small: traces are kept gzipped whole (analysis needs every event of the
+# profiled steps); CSVs keep their head; console logs their tail.
+KEEP_CSV_ROWS = 60
+KEEP_LOG_LINES = 40
+MAX_TRACE_BYTES = 6 * 2**20
+
+
+def _no_machine_paths(text: str) -> str:
+    """Committed fixtures carry no machine paths: the repo, site-packages and temp dirs are named."""
+    text = re.sub(r"/\S*/(site|dist)-packages/", "<site-packages>/", text)
+    text = text.replace(str(REPO) + "/", "").replace(str(REPO), ".")
+    return re.sub(r"/(tmp|root|home/[^/\s]+)/\S*", "<path>", text)
+
+
+def trim(src: Path, dest: Path, only: list[str] | None = None) -> None:
+    for run_dir in sorted(p for p in src.iterdir() if (p / "manifest.json").exists()):
+        if only and run_dir.name not in only:
+            continue
+        out = dest / run_dir.name
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        for f in sorted(run_dir.iterdir()):
+            if f.name.endswith(".json.gz"):
+                if f.stat().st_size > MAX_TRACE_BYTES:
+                    print(f"   {f} is {f.stat().st_size / 2**20:.1f} MiB (> {MAX_TRACE_BYTES / 2**20:.0f}): kept anyway")
+                shutil.copy(f, out / f.name)
+            elif f.name.endswith(".pt.trace.json"):
+                with f.open("rb") as i, gzip.open(out / (f.name + ".gz"), "wb") as o:
+                    shutil.copyfileobj(i, o)
+            elif f.suffix == ".csv":
+                lines = f.read_text().splitlines(keepends=True)
+                (out / f.name).write_text("".join(lines[:KEEP_CSV_ROWS + 1]))
+            elif f.name == "console.log":
+                lines = f.read_text(errors="replace").splitlines(keepends=True)
+                (out / f.name).write_text(_no_machine_paths("".join(lines[-KEEP_LOG_LINES:])))
+            elif f.suffix == ".json" and f.is_file():
+                shutil.copy(f, out / f.name)
+        size = sum(p.stat().st_size for p in out.iterdir())
+        print(f"{out}: {size / 1024:.0f} KiB")
+
+
+def pack(src: Path, dest: Path) -> None:
+    """One .tar.gz of every run directory and log (the GPU machine returns at most 8 files)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(dest, "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    print(f"{dest}: {dest.stat().st_size / 2**20:.1f} MiB")
+
+
+def check(src: Path) -> int:
+    """Analyse each run and compare with its entry's expectation; prints one line per run."""
+    bad = 0
+    for run_dir in sorted(p for p in src.iterdir() if (p / "manifest.json").exists()):
+        e = BY_NAME.get(run_dir.name)
+        res = subprocess.run([sys.executable, "-m", "workbench", "analyze", str(run_dir), "--json"],
+                             capture_output=True, text=True, cwd=REPO)
+        if res.returncode != 0:
+            print(f"{run_dir.name}: analyze exit {res.returncode}: {res.stderr.strip()[-300:]}")
+            bad += 1
+            continue
+        doc = json.loads(res.stdout)
+        ids = [d["id"] for d in doc["diagnoses"]]
+        missing = [i for i in (e.expect if e else ()) if i not in ids]
+        extra = [i for i in (e.expect_absent if e else ()) if i in ids]
+        bad += bool(missing or extra)
+        print(f"{run_dir.name}: world {doc['run']['world_size']}, steps {doc['summary'].get('steps')}, "
+              f"{doc['verdict']} | diagnoses {ids}" + (f" | MISSING {missing}" if missing else "")
+              + (f" | UNEXPECTED {extra}" if extra else ""))
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="step", required=True)
+    sub.add_parser("extract")
+    r = sub.add_parser("run")
+    r.add_argument("--kind", choices=("cpu", "gpu"), required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--only", nargs="*")
+    t = sub.add_parser("trim")
+    t.add_argument("src", type=Path)
+    t.add_argument("dest", type=Path)
+    t.add_argument("--only", nargs="*")
+    k = sub.add_parser("pack")
+    k.add_argument("src", type=Path)
+    k.add_argument("dest", type=Path)
+    c = sub.add_parser("check")
+    c.add_argument("src", type=Path)
+    a = p.parse_args(argv)
+    if a.step == "extract":
+        extract()
+    elif a.step == "run":
+        run(a.kind, a.out, a.only)
+    elif a.step == "trim":
+        trim(a.src, a.dest, a.only)
+    elif a.step == "pack":
+        pack(a.src, a.dest)
+    elif a.step == "check":
+        return check(a.src)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
