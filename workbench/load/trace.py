@@ -5,10 +5,12 @@ Why not ``json.load`` or HTA's parser: building a dict for every event's ``args`
 into typed structs that keep 7 fields per event and leave ``args`` as raw bytes, decoding them
 only for the few events analysis reads (GPU kernels' stream, memory samples, collectives).
 
-Memory: the text is stream-decompressed and decoded one slice of ~50k whole events at a time
-(Kineto's layout marks event boundaries, see ``EVENT_SEP``), folded into compact columns
-(:mod:`workbench.load.columns`) and dropped, so neither the whole JSON text nor one Python object
-per event is ever held. Text in another layout (minified, foreign) is decoded whole, as before.
+Memory: the text is stream-decompressed and decoded one slice of ~50k whole events at a time,
+folded into compact columns (:mod:`workbench.load.columns`) and dropped, so neither the whole JSON
+text nor one Python object per event is ever held. Slices are cut at the file's own event
+separator (found after the first event, see :func:`_find_separator`), so Kineto's indented
+layout, minified text, other indentation and a top-level array all stream; text that cannot be
+cut (or is invalid) is decoded whole, which also words the errors.
 
 Tables (pandas DataFrames), one set per rank:
 
@@ -47,10 +49,16 @@ MAX_TRACE_BYTES = 8 << 30  # a decompressed trace over 8 GiB is refused rather t
 READ_BYTES = 1 << 20  # file bytes read at a time
 TEXT_BYTES = 4 << 20  # most decompressed text produced from one read (bounds a gzip bomb's step)
 SLICE_BYTES = 16 << 20  # JSON text decoded at once: ~50k Kineto events, ~40 MB of structs
-# Kineto writes each top-level event as "  {\n … \n  }" at two spaces, nested objects deeper,
-# and JSON strings cannot hold a raw newline: this separator only occurs between events.
-EVENT_SEP = b"\n  },\n  {"
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Candidate boundaries between two events: "}" "," "{" with JSON whitespace between. Kineto's
+# layout gives "},\n  {", json.dumps "}, {" or "},{"; the same bytes may also occur inside a
+# nested array of objects or a string, which a failed slice decode exposes (see _decode_slice).
+_BOUNDARY = re.compile(rb"}[ \t\r\n]*,[ \t\r\n]*{")
+# Separator occurrences tried per cut before giving up to the whole-file path. Each failed try
+# costs one decode of the slice; real traces hold no "},{" inside args (measured: no failed cut on
+# the 43 committed traces under traces/, Kineto layout and minified, at 64 KB slices), so this
+# only bounds the cost of adversarial or corrupt text.
+MAX_SEP_TRIES = 8
 HEAD_LIMIT = 1 << 20  # Kineto's header (device properties, distributedInfo) is a few KB
 
 
@@ -148,57 +156,51 @@ def _decode(path: Path, raw: bytes) -> _Trace:
 
 
 class _NotSliceable(Exception):
-    """The text is not in Kineto's layout (or not valid): decode the whole file instead."""
+    """The text cannot be cut into slices of whole events (or is not valid): decode it whole."""
 
 
 def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _Trace]:
     """Decode the trace a slice of whole events at a time, holding one slice, never the file.
 
     Correctness never rests on the layout: each slice must decode as a list of events, the text
-    before the events array must be the start of a top-level object, and the header plus the
-    last slice plus the tail must decode as a trace, so the slices are exactly the array's
-    elements. Anything else raises :class:`_NotSliceable` (minified or foreign JSON, corrupt
-    text), and the caller decodes the whole file, which also words the errors.
+    before the events array must be the start of a top-level object (or the array must be the
+    whole document), and the header plus the last slice plus the tail must decode as a trace, so
+    the slices are exactly the array's elements. Anything else raises :class:`_NotSliceable`
+    (text with no usable separator, corrupt text), and the caller decodes the whole file, which
+    also words the errors.
     """
     cols = Columns()
     head, header = b"", None
+    sep: bytes | None = None
     pending: list[bytes] = []
     size = 0
     for chunk in iter_text(path):
         if header is None:
             head += chunk
-            m = _EVENTS_KEY.search(head)
-            if m is None:
+            header, chunk = _split_header(head)
+            if header is None:
                 if len(head) > HEAD_LIMIT:
                     raise _NotSliceable
                 continue
-            _check_top_level(head[: m.start()])
-            header, chunk, head = head[: m.end() - 1], head[m.end():], b""
+            head = b""
         pending.append(chunk)
         size += len(chunk)
         if size < slice_bytes:
             continue
         buf = b"".join(pending)
         pos = 0
-        while len(buf) - pos >= slice_bytes:
-            # the last event boundary within slice_bytes (or the first after it: a huge event)
-            i = buf.rfind(EVENT_SEP, pos, pos + slice_bytes)
-            if i < 0:
-                i = buf.find(EVENT_SEP, pos + slice_bytes)
-                if i < 0:
-                    break
-            text = bytearray(i - pos + 6)  # "[" + events + "]", one copy of the slice
-            text[0], text[-1] = 0x5B, 0x5D
-            text[1:-1] = memoryview(buf)[pos : i + 4]
-            try:
-                cols.add(EVENTS_DECODER.decode(text))
-            except msgspec.DecodeError:
-                raise _NotSliceable from None
-            del text
-            pos = i + 5  # skip the comma: the next slice starts at the next event's "\n  {"
+        if sep is None:
+            sep = _find_separator(buf)
+        while sep is not None and len(buf) - pos >= slice_bytes:
+            cut = _decode_slice(buf, pos, sep, slice_bytes)
+            if cut is None:
+                break
+            events, pos = cut
+            cols.add(events)
+            del events
         rest = buf[pos:]
         del buf
-        if len(rest) > 4 * slice_bytes:  # no event boundary in 64 MB: not Kineto's layout
+        if len(rest) > 4 * slice_bytes:  # no event boundary in 64 MB: one giant event, or not a trace
             raise _NotSliceable
         pending, size = [rest], len(rest)
     if header is None:
@@ -207,11 +209,79 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
         doc = DECODER.decode(header + b"[" + b"".join(pending))
     except msgspec.DecodeError:
         raise _NotSliceable from None
+    if isinstance(doc, list) and not header:
+        doc = _Trace(traceEvents=doc)
     if not isinstance(doc, _Trace):
         raise _NotSliceable
     cols.add(doc.traceEvents)
     doc.traceEvents = []
     return cols, doc
+
+
+def _split_header(head: bytes) -> tuple[bytes | None, bytes]:
+    """(text before the events array's "[", text after it), or (None, b"") while the array has not
+    opened yet. A top-level array (valid Chrome trace format) has an empty header."""
+    start = head.lstrip()
+    if start[:1] == b"[":
+        return b"", start[1:]
+    m = _EVENTS_KEY.search(head)
+    if m is None:
+        return None, b""
+    _check_top_level(head[: m.start()])
+    return head[: m.end() - 1], head[m.end() :]
+
+
+def _find_separator(buf: bytes) -> bytes | None:
+    """The bytes between the first event's closing "}" and the second event's "{" (inclusive), taken
+    as this file's separator; None when ``buf`` does not hold two events yet.
+
+    The first candidate after which the text so far decodes as one list of events is the real end
+    of the first event: a candidate inside a nested value or a string leaves a bracket or a quote
+    open, and the decode fails."""
+    for k, m in enumerate(_BOUNDARY.finditer(buf)):
+        if k == MAX_SEP_TRIES:
+            raise _NotSliceable
+        try:
+            EVENTS_DECODER.decode(b"[" + buf[: m.start() + 1] + b"]")
+        except msgspec.ValidationError:
+            raise _NotSliceable from None  # valid JSON, not events: stepping on cannot help
+        except msgspec.DecodeError:
+            continue
+        return m.group()
+    return None
+
+
+def _decode_slice(buf: bytes, pos: int, sep: bytes, slice_bytes: int) -> tuple[list, int] | None:
+    """Decode the events from ``pos`` (the start of an event) up to the last ``sep`` within
+    ``slice_bytes`` (or the first after it: one huge event); return them and where the next event
+    starts, or None when no ``sep`` follows ``pos`` yet (wait for more text).
+
+    A ``sep`` that lies inside a nested value or a string ends the slice in the middle of an event,
+    so the decode fails; then an earlier occurrence is tried (or a later one, past a huge event),
+    at most MAX_SEP_TRIES in all."""
+    close = sep.index(b"}")
+    i = buf.rfind(sep, pos, pos + slice_bytes)
+    forward = i < 0
+    if forward:
+        i = buf.find(sep, pos)
+    for _ in range(MAX_SEP_TRIES):
+        if i < 0:
+            if forward:
+                return None
+            raise _NotSliceable
+        end = i + close + 1
+        text = bytearray(end - pos + 2)  # "[" + events + "]", one copy of the slice
+        text[0], text[-1] = 0x5B, 0x5D
+        text[1:-1] = memoryview(buf)[pos:end]
+        try:
+            return EVENTS_DECODER.decode(text), i + len(sep) - 1
+        except msgspec.ValidationError:
+            raise _NotSliceable from None  # well-formed but not events: an earlier cut cannot help
+        except msgspec.DecodeError:
+            pass
+        del text
+        i = buf.find(sep, i + 1) if forward else buf.rfind(sep, pos, i)
+    raise _NotSliceable
 
 
 def _check_top_level(prefix: bytes) -> None:
@@ -228,8 +298,10 @@ def _check_top_level(prefix: bytes) -> None:
 def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
     """Parse one trace file; raises :class:`TraceError` with the file and the problem.
 
-    Kineto-layout text is decoded slice by slice (``slice_bytes`` of JSON at a time); anything
-    else falls back to decoding the whole file. Both give the same tables.
+    The text is decoded slice by slice (``slice_bytes`` of JSON at a time) in any layout whose
+    events are separated by the same bytes throughout (Kineto's, minified, re-indented, a
+    top-level array); anything else falls back to decoding the whole file. Both give the same
+    tables.
     """
     path = Path(path)
     try:
