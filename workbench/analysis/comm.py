@@ -26,7 +26,7 @@ from workbench.load.trace import Trace
 
 INVENTORY_COLUMNS = ["op", "dtype", "bytes", "group_size", "pg_name", "calls", "calls_per_step",
                      "bytes_per_step", "total_ms"]
-OVERLAP_COLUMNS = ["step", "step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]
+OVERLAP_COLUMNS = ["step", "step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct", "exposed_p2p_ms"]
 CALL_COLUMNS = ["ts_us", "dur_us", "step", "op", "dtype", "nelems", "bytes", "group_size", "pg_name", "label"]
 
 DTYPE_BYTES = {
@@ -52,6 +52,9 @@ _OPS = [  # (pattern on the lower-cased raw name, normalised op); first match wi
 ]
 COLLECTIVE_OPS = frozenset(op for _, op in _OPS)
 _OPS_RE = [(re.compile(p), op) for p, op in _OPS]
+# point-to-point ops, their backend annotations (ProcessGroupNCCL titles them "nccl:recv 0<-1")
+# and NCCL's SendRecv kernels: pipeline stages and ring attention send activations this way
+P2P_OP = re.compile(r"^c10d::(?:send|recv_\w*)$|^(?:gloo|nccl|ucc|mpi|xccl|hccl):(?:send|recv)\b|send_?recv", re.IGNORECASE)
 _FSDP_LABEL = re.compile(r"^FSDP::(?:all_gather|pre_forward|pre_backward|post_backward\w*|reduce_scatter)\s*\((.*)\)$")
 
 
@@ -206,11 +209,46 @@ def collective_inventory(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     return inv[INVENTORY_COLUMNS].sort_values("total_ms", ascending=False, ignore_index=True)
 
 
+def blocked_waits(s: np.ndarray, e: np.ndarray, spans: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The part of each backend annotation (``gloo:send``, mask ``spans``) that its thread spent
+    blocked in ``wait()``: from the end of the last ``active`` event the thread began inside the
+    span (clipped to the span) to the span's end.
+
+    A backend annotation opens when the op is posted and closes when ``wait()`` returns, so an
+    async send that ``torch.distributed.pipelining`` waits for only after the remaining forwards
+    spans all their work; a ``recv`` waited for at once holds no event and is blocked throughout.
+    ``s``/``e`` are every event's start and end; ``spans`` and ``active`` select one thread's.
+    """
+    ss, se = s[spans], e[spans]
+    start = _wait_starts(s, e, spans, active)
+    keep = se > start
+    return start[keep], se[keep]
+
+
+def _wait_starts(s: np.ndarray, e: np.ndarray, spans: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """For each span (in mask order), where its blocked part starts (its end: not blocked)."""
+    ss, se = s[spans], e[spans]
+    if len(ss) == 0:
+        return ss
+    order = np.argsort(s[active], kind="stable")
+    a_s, a_e = s[active][order], e[active][order]
+    lo = np.searchsorted(a_s, ss, side="left")
+    hi = np.searchsorted(a_s, se, side="left")
+    # max end over a_e[lo:hi] for every span at once; the −inf sentinel keeps lo == len valid
+    padded = np.append(a_e, -np.inf)
+    idx = np.minimum(np.stack([lo, np.maximum(hi, lo + 1)], axis=1).ravel(), len(a_e))
+    last_end = np.where(hi > lo, np.maximum.reduceat(padded, idx)[::2], -np.inf)
+    return np.clip(last_end, ss, se)
+
+
 def comm_intervals(trace: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """(communication, compute) intervals of the device: GPU kernels on GPU traces; on CPU
-    traces the main thread's blocking collectives plus gloo's runloop threads vs the main
-    thread's other work."""
-    from workbench.analysis.steps import COMM_KERNEL, CPU_COMM_OP, DATALOADER, MEMCPY_CATS, PROFILER_STEP, comm_threads, main_thread
+    """(communication, compute) intervals of the device: GPU kernels on GPU traces (NCCL
+    collectives and point-to-point kernels on any stream); on CPU traces the main thread's
+    communication ops and backend annotations (``gloo:recv`` inside a pipeline action included),
+    gloo's runloop threads and communication on any other thread, vs the main thread's other
+    work."""
+    from workbench.analysis.steps import (COMM_KERNEL, COMM_SPAN, CPU_COMM_OP, DATALOADER, MEMCPY_CATS, PROFILER_STEP,
+                                          comm_threads, main_thread)  # steps imports this module
 
     ev = trace.events
     s_all, e_all = ev["ts_us"].to_numpy(), (ev["ts_us"] + ev["dur_us"]).to_numpy()
@@ -221,13 +259,23 @@ def comm_intervals(trace: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[n
         compute = gpu & ~copy & ~comm
     else:
         main, threads = main_thread(trace), comm_threads(trace)
-        on_main = cat_mask(ev["tid"], lambda c: c == main)
-        is_comm_op = cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))
-        comm = (on_main & is_comm_op) | cat_mask(ev["tid"], lambda c: c.isin(threads))
-        other = ~cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern) | c.str.match(DATALOADER.pattern))
-        compute = on_main & other & ~is_comm_op
-        # a main-thread op that encloses a blocking collective is waiting, not computing
-        compute &= ~_encloses(s_all, e_all, compute, on_main & is_comm_op)
+        cpu = ~ev["is_gpu"].to_numpy()
+        on_main = cpu & cat_mask(ev["tid"], lambda c: c == main)
+        span = cat_mask(ev["name"], lambda c: c.str.match(COMM_SPAN.pattern))
+        is_comm = span | cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))
+        elsewhere = cpu & ~on_main & (is_comm | cat_mask(ev["tid"], lambda c: c.isin(threads)))
+        comm = (on_main & is_comm) | elsewhere
+        not_step = ~cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))
+        other = not_step & ~cat_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))
+        compute = on_main & other & ~is_comm
+        # a main-thread op or annotation (``Backward 0``) that encloses a collective or a
+        # point-to-point wait is waiting, not computing
+        compute &= ~_encloses(s_all, e_all, compute, on_main & is_comm)
+        # an async send's annotation before its wait() hides under the work the thread went on with
+        worked_until = _wait_starts(s_all, e_all, on_main & span, on_main & not_step & ~span)
+        compute_s = np.concatenate([s_all[compute], s_all[on_main & span]])
+        compute_e = np.concatenate([e_all[compute], worked_until])
+        return (s_all[comm], e_all[comm]), (compute_s, compute_e)
     return (s_all[comm], e_all[comm]), (s_all[compute], e_all[compute])
 
 
@@ -249,9 +297,15 @@ def comm_overlap(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
 
     Columns: step, step_ms, comm_ms (union of communication intervals in the step),
     overlapped_ms (|communication ∩ compute|), exposed_ms (comm_ms − overlapped_ms),
-    exposed_pct (exposed_ms / step_ms × 100).
+    exposed_pct (exposed_ms / step_ms × 100), exposed_p2p_ms (the part of the point-to-point
+    send/recv intervals not under compute: in a pipeline it is the bubble, not the network).
     """
     comm, compute = comm_intervals(trace)
+    ev = trace.events
+    gpu = ev["is_gpu"].to_numpy()
+    # on the device the compute is kernels: compare kernels with kernels, host ops with host ops
+    p2p = ev[cat_mask(ev["name"], lambda c: c.str.contains(P2P_OP)) & (gpu if gpu.any() else ~gpu)]
+    p2p = (p2p["ts_us"].to_numpy(), (p2p["ts_us"] + p2p["dur_us"]).to_numpy())
     rows = []
     for step, lo, hi in windows[["step", "start_us", "end_us"]].itertuples(index=False):
         c = clip(*comm, lo, hi)
@@ -259,6 +313,8 @@ def comm_overlap(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
         comm_us = union_length(*c)
         over = overlap_length(c, k) if len(c[0]) and len(k[0]) else 0.0
         exposed = comm_us - over
+        pp = clip(*p2p, lo, hi)
+        p2p_us = union_length(*pp) - (overlap_length(pp, k) if len(pp[0]) and len(k[0]) else 0.0)
         rows.append((int(step), (hi - lo) / 1e3, comm_us / 1e3, over / 1e3, exposed / 1e3,
-                     100.0 * exposed / (hi - lo) if hi > lo else 0.0))
+                     100.0 * exposed / (hi - lo) if hi > lo else 0.0, min(p2p_us, exposed) / 1e3))
     return pd.DataFrame(rows, columns=OVERLAP_COLUMNS)

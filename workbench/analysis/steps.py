@@ -12,9 +12,17 @@ GPU traces (the device is the GPU):
     exposed) › memcpy (copies/memsets) › dataloader (GPU idle while the main thread waits on the
     DataLoader) › host (GPU idle while the main thread runs other work) › idle
 CPU traces (gloo; the device is the main thread's CPU):
-    dataloader (inside ``DataLoader.__next__``) › communication (blocking c10d ops on the main
-    thread) › compute (other main-thread work) › communication (gloo threads running while the
-    main thread waits: exposed) › idle
+    dataloader (inside ``DataLoader.__next__``) › communication (blocking communication ops on
+    the main thread: ``c10d::*``, ``_c10d_functional::*``, ``record_param_comms``) › compute
+    (main-thread ``cpu_op`` events) › communication (the main thread blocked in a backend
+    annotation, ``gloo:*``/``nccl:*``…, even inside user annotations or pipeline actions: a
+    point-to-point ``recv`` the stage waits for) › communication (communication on any other
+    thread — gloo's runloop, autograd threads — while the main thread runs no op: exposed) ›
+    compute (the rest of the main thread: user annotations, Python between ops) › idle
+
+Backend annotations (``gloo:recv``) open when the op is posted and close when ``wait()``
+returns, so an async ``send`` waited for later spans the next micro-batches' forwards: only the
+part after the thread's last activity inside it is blocked (``comm.blocked_waits``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.comm import blocked_waits
 from workbench.analysis.intervals import cat_mask, exclusive_lengths
 from workbench.load.trace import Trace
 
@@ -32,8 +41,14 @@ BREAKDOWN_COLUMNS = ["rank", "step", "start_us", "end_us", "step_ms", *[f"{c}_ms
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
-COMM_KERNEL = re.compile(r"nccl|NCCL|cross_device_reduce|all_reduce|allreduce|all_gather|reduce_scatter", re.IGNORECASE)
-CPU_COMM_OP = re.compile(r"^(c10d::|_c10d_functional::|record_param_comms|nccl:)")
+# NCCL/RCCL kernels (collectives and point-to-point ``SendRecv`` alike), symmetric-memory and
+# NVSHMEM kernels, custom all-reduce kernels (vLLM's cross_device_reduce); any stream
+COMM_KERNEL = re.compile(r"nccl|rccl|nvshmem|mscclpp|multimem|cross_device_reduce|all_?reduce|all_?gather|"
+                         r"reduce_?scatter|all_?to_?all|send_?recv", re.IGNORECASE)
+# dispatcher ops that issue (and, for blocking calls, wait on) communication
+CPU_COMM_OP = re.compile(r"^(c10d::|_?c10d_functional::|record_param_comms)")
+# a backend's Work annotation (ProcessGroup profiling title): posted → completed
+COMM_SPAN = re.compile(r"^(gloo|nccl|ucc|mpi|xccl|hccl):")
 MEMCPY_CATS = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
 
 
@@ -52,11 +67,13 @@ def main_thread(trace: Trace) -> str | None:
 
 
 def comm_threads(trace: Trace) -> set[str]:
-    """CPU threads that run collectives in the background (gloo's runloop threads)."""
+    """CPU threads that run collectives in the background (gloo's runloop threads), never the
+    main thread: point-to-point ``gloo:send``/``gloo:recv`` annotations live on the thread that
+    posted them, and taking that thread for a comm thread made all its time communication."""
     named = {tid for tid, name in trace.threads.items() if "gloo" in name.lower() or "nccl" in name.lower()}
     ev = trace.events
     gloo = ev[(~ev["is_gpu"]).to_numpy() & cat_mask(ev["name"], lambda c: c.str.startswith("gloo:"))]
-    return named | set(gloo["tid"].astype(str).unique())
+    return (named | set(gloo["tid"].astype(str).unique())) - {main_thread(trace)}
 
 
 def host_step_windows(trace: Trace) -> pd.DataFrame:
@@ -167,13 +184,20 @@ def category_layers(trace: Trace) -> tuple[list[str], list[tuple[np.ndarray, np.
             ["compute", "communication", "memcpy", "dataloader", "host"],
             [_iv(gpu[~is_comm & ~is_copy]), _iv(gpu[is_comm]), _iv(gpu[is_copy]), _iv(dataloader), _iv(host)],
         )
-    comm_main = ev[on_main & cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))]
-    compute = ev[on_main & not_step]
+    cpu = ~ev["is_gpu"].to_numpy()
+    comm_op = cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))
+    comm_span = cat_mask(ev["name"], lambda c: c.str.match(COMM_SPAN.pattern))
+    is_op = cat_mask(ev["cat"], lambda c: c == "cpu_op")
+    not_dl = ~cat_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))
     threads = comm_threads(trace)
-    bg = ev[cat_mask(ev["tid"], lambda c: c.isin(threads)) & ~ev["is_gpu"].to_numpy()]
+    off_main = cpu & ~on_main
+    background = off_main & (cat_mask(ev["tid"], lambda c: c.isin(threads)) | comm_op | comm_span)
+    s, e = _iv(ev)
+    waits = blocked_waits(s, e, on_main & comm_span, on_main & not_step & ~comm_span)
     return (
-        ["dataloader", "communication", "compute", "communication"],
-        [_iv(dataloader), _iv(comm_main), _iv(compute), _iv(bg)],
+        ["dataloader", "communication", "compute", "communication", "communication", "compute"],
+        [_iv(dataloader), _iv(ev[on_main & comm_op]), _iv(ev[on_main & is_op & ~comm_op & not_dl]),
+         waits, _iv(ev[background]), _iv(ev[on_main & not_step])],
     )
 
 

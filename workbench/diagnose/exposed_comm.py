@@ -5,6 +5,10 @@ share of the step. In synchronous training a fast rank also "waits in communicat
 one; that part is the straggler's cost (``straggler_rank``), not the network's. So the share used
 is the *minimum over ranks*: the exposed communication even the rank that waits least pays.
 
+Collectives only: point-to-point waits (send/recv, ``exposed_p2p_ms``) are how pipeline stages
+wait for each other, which ``pipeline_bubble`` reports with pipeline advice; bucket sizes and
+gradient compression do nothing for them.
+
 Thresholds (share of step): info ≥ 10 % (PyTorch TensorBoard plugin: communication > 10 % of the
 step), warning ≥ 20 %, critical ≥ 40 % (our bands: at 20 % one in five seconds is spent
 waiting on the network, at 40 % overlap, not compute, sets the pace). At least 2 ms per step.
@@ -33,11 +37,14 @@ def exposed_communication(ctx: Context) -> Diagnosis | None:
         ov = ctx.frame("comm_overlap", rank, comm_overlap)
         if ov.empty or ov["comm_ms"].sum() == 0:
             continue
-        per_rank[rank] = (float(ov["exposed_ms"].mean()), float(ov["step_ms"].mean()), float(ov["comm_ms"].mean()),
-                          float(ov["overlapped_ms"].mean()))
+        p2p = ov["exposed_p2p_ms"] if "exposed_p2p_ms" in ov else 0.0
+        per_rank[rank] = (float((ov["exposed_ms"] - p2p).clip(lower=0).mean()), float(ov["step_ms"].mean()),
+                          float(ov["comm_ms"].mean()), float(ov["overlapped_ms"].mean()))
     if not per_rank:
         return None
     shares = {r: 100.0 * v[0] / v[1] for r, v in per_rank.items() if v[1] > 0}
+    if not shares:
+        return None
     best = min(shares, key=shares.get)
     exposed_ms, step_ms, comm_ms, over_ms = per_rank[best]
     share = shares[best]
@@ -53,7 +60,7 @@ def exposed_communication(ctx: Context) -> Diagnosis | None:
                   "share_pct": round(share, 2), "least_waiting_rank": int(best),
                   "per_rank_exposed_pct": {int(r): round(v, 2) for r, v in shares.items()},
                   "source": "NCCL kernels outside compute kernels (GPU); blocking c10d ops and gloo threads "
-                            "while the main thread waits (CPU)"},
+                            "while the main thread waits (CPU); point-to-point waits excluded"},
         recommendation=("overlap communication with backward: smaller DDP buckets (bucket_cap_mb) start "
                         "all-reduces earlier; accumulate gradients with no_sync to communicate less often; "
                         "compress gradients (bf16/fp16 comm hook, PowerSGD)"),

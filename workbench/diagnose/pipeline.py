@@ -2,7 +2,10 @@
 
 Signal: ranks whose trace holds ``torch.distributed.pipelining`` annotations (``Forward i`` /
 ``Backward i`` of the single-stage schedules, ``PP:…`` actions of the multi-stage runtime).
-Bubble = step time on the main thread outside those annotations, share of the step, compared
+Bubble = step time on the main thread outside those annotations, plus the point-to-point waits
+inside them (a stage's action opens before its input has arrived: the ``gloo:recv`` that
+follows is the stage idling, not working; an async send's annotation is a wait only after the
+thread's last activity inside it, ``comm.blocked_waits``), share of the step, compared
 with the ideal (p − 1)/(m + p − 1) for p stages (ranks with PP annotations) and m micro-batches
 (distinct forward indices per step) (GPipe, Huang et al. 2019, §2.2; 1F1B has the same bubble).
 
@@ -19,12 +22,28 @@ import re
 
 import numpy as np
 
-from workbench.analysis.intervals import cat_mask, clip, union_length
-from workbench.analysis.steps import main_thread
+from workbench.analysis.intervals import cat_mask, clip, overlap_length, union_length
+from workbench.analysis.comm import P2P_OP, blocked_waits
+from workbench.analysis.steps import COMM_SPAN, CPU_COMM_OP, PROFILER_STEP, main_thread
 from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
 
 PP_ANNOTATION = re.compile(r"^(Forward|Backward) (\d+)$|^PP:")
 BANDS = ((10.0, "info"), (20.0, "warning"), (40.0, "critical"))
+
+
+def _iv(df) -> tuple[np.ndarray, np.ndarray]:
+    return df["ts_us"].to_numpy(), (df["ts_us"] + df["dur_us"]).to_numpy()
+
+
+def _and3(a, b, c) -> float:
+    """|A ∩ B ∩ C| by inclusion–exclusion over unions (each argument a (start, end) pair)."""
+    u = lambda *xs: union_length(np.concatenate([x[0] for x in xs]), np.concatenate([x[1] for x in xs]))
+    return u(a) + u(b) + u(c) - u(a, b) - u(a, c) - u(b, c) + u(a, b, c)
+
+
+def has_pipeline_actions(trace) -> bool:
+    """True when the trace holds torch.distributed.pipelining stage actions."""
+    return any(PP_ANNOTATION.match(c) for c in trace.events["name"].cat.categories)
 
 
 def _bubble(trace, windows) -> dict | None:
@@ -33,14 +52,29 @@ def _bubble(trace, windows) -> dict | None:
     if not cats:
         return None
     main = main_thread(trace)
-    pp = ev[ev["name"].isin(cats).to_numpy() & cat_mask(ev["tid"], lambda c: c == main)]
-    s, e = pp["ts_us"].to_numpy(), (pp["ts_us"] + pp["dur_us"]).to_numpy()
+    on_main = cat_mask(ev["tid"], lambda c: c == main) & ~ev["is_gpu"].to_numpy()
+    pp = ev[ev["name"].isin(cats).to_numpy() & on_main]
+    p2p = on_main & cat_mask(ev["name"], lambda c: c.str.contains(P2P_OP))
+    span = cat_mask(ev["name"], lambda c: c.str.match(COMM_SPAN.pattern))
+    not_step = ~cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))
+    s_all, e_all = _iv(ev)
+    # blocking p2p ops (c10d::send on gloo) and the blocked part of p2p annotations (gloo:recv)
+    w_s, w_e = blocked_waits(s_all, e_all, p2p & span, on_main & not_step & ~span)
+    wait = (np.concatenate([s_all[p2p & ~span], w_s]), np.concatenate([e_all[p2p & ~span], w_e]))
+    work = _iv(ev[on_main & cat_mask(ev["cat"], lambda c: c == "cpu_op")
+                  & ~cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))])
+    s, e = _iv(pp)
     fwd = pp["name"].astype(str).str.extract(r"^Forward (\d+)$", expand=False).dropna().astype(int)
-    busy, total = 0.0, 0.0
+    busy, waited, total = 0.0, 0.0, 0.0
     for lo, hi in windows[["start_us", "end_us"]].itertuples(index=False):
-        busy += union_length(*clip(s, e, lo, hi))
+        act, w, k = clip(s, e, lo, hi), clip(*wait, lo, hi), clip(*work, lo, hi)
+        # inside an action: waiting on a peer, unless the thread ran real ops meanwhile
+        idle_in_act = overlap_length(act, w) - _and3(act, w, k) if len(w[0]) else 0.0
+        busy += union_length(*act) - idle_in_act
+        waited += idle_in_act
         total += hi - lo
     return {"bubble_pct": 100.0 * (1 - busy / total) if total > 0 else 0.0, "step_ms": total / 1e3 / max(len(windows), 1),
+            "p2p_wait_pct": 100.0 * waited / total if total > 0 else 0.0,
             "microbatches": int(fwd.nunique()) if len(fwd) else None}
 
 
@@ -66,7 +100,9 @@ def pipeline_bubble(ctx: Context) -> Diagnosis | None:
         evidence={"bubble_pct": round(share, 2), "ideal_bubble_pct": None if ideal is None else round(ideal, 2),
                   "stages": p, "microbatches": m, "step_ms": round(step_ms, 3),
                   "per_rank_bubble_pct": {int(r): round(v["bubble_pct"], 2) for r, v in per.items()},
-                  "source": "main-thread time outside Forward i / Backward i / PP: annotations"},
+                  "p2p_wait_in_actions_pct": round(float(np.mean([v["p2p_wait_pct"] for v in per.values()])), 2),
+                  "source": "main-thread time outside Forward i / Backward i / PP: annotations, plus the "
+                            "send/recv waits inside them"},
         recommendation="more micro-batches per step (m ≥ 4 × stages), a 1F1B or interleaved schedule, balanced stages",
         estimated_gain=gain(step_ms, max(bubble_ms - target_ms, 0.0), "step_ms / (step_ms - (bubble_ms - ideal_bubble_ms(m=4p)))"),
         fix=["parallel.microbatches", "parallel.pp_schedule"],

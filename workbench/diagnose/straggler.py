@@ -16,6 +16,9 @@ point-to-point op (independent processes, e.g. a Trainer that fell back to one m
 has no straggler, however different its ranks' speeds (a 2-rank Hugging Face Trainer run on CPU
 that never wrapped the model in DDP was reported as "rank 0 works 1.33× the others; they wait").
 
+Pipeline stages (ranks with ``Forward i``/``Backward i`` actions) run different layers by design:
+their imbalance is part of ``pipeline_bubble`` ("balanced stages"), not a straggler.
+
 Estimated gain (upper bound): the straggler's excess work disappears from every step:
 speed-up ≤ step_ms / (step_ms − excess_ms).
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from workbench.analysis.skew import rank_skew
 from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.diagnose.pipeline import has_pipeline_actions
 
 BANDS = ((1.1, "info"), (1.3, "warning"), (1.6, "critical"))
 MIN_EXCESS_MS = 5.0
@@ -50,6 +54,8 @@ def straggler_rank(ctx: Context) -> Diagnosis | None:
         return None
     if ctx.traces and all(t.comms.empty for t in ctx.traces.values()):
         return None  # no rank waits for another
+    if any(has_pipeline_actions(t) for t in ctx.traces.values()):
+        return None  # stages differ by design: pipeline_bubble
     skew = rank_skew(b).set_index("rank")
     work = skew["work_ms"]
     ratios = per_step_ratios(b)
