@@ -53,14 +53,19 @@ def cmd_profile(args: argparse.Namespace) -> int:
     con.print(f"[bold]workbench[/]: run written to {run_dir} (exit code {code})")
     if args.no_analyze:
         return code
+    # The run is complete on disk: a Ctrl-C now only skips the verdict, and the exit code stays
+    # the script's (or 128 + the signal that ended it).
     try:
         from workbench.verdict import analyze_run
 
         analysis = analyze_run(run_dir)
+        _print_analysis(analysis, con)
     except WorkbenchError as e:
         con.print(f"[yellow]workbench: nothing to analyze: {e}[/]")
         return code
-    _print_analysis(analysis, con)
+    except KeyboardInterrupt:
+        _err(f"analysis interrupted; the run is kept: workbench analyze {run_dir}")
+        return code
     con.print(f"next: [bold]workbench analyze {run_dir}[/] · [bold]streamlit run app.py -- --traces {run_dir.parent}[/]")
     return code
 
@@ -97,7 +102,31 @@ def _print_analysis(analysis, con) -> None:
         gain = d.estimated_gain
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
+    _print_efficiency(analysis.efficiency_json(), con)
     con.print(f"[bold]verdict:[/] {analysis.verdict}")
+
+
+def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
+    """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes)."""
+    if not eff:
+        return
+    mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
+    mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device)"
+    if eff["mfu_bf16_pct"] is not None and eff["mfu_bf16_pct"] != eff["mfu_pct"]:
+        mfu += f" ({eff['mfu_bf16_pct']:.1f}% of the bf16 peak)"
+    flops, rate = eff["flops_per_step"], eff["achieved_tflops"] * 1e12
+    unit, scale = ("TFLOP", 1e12) if max(flops, rate) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
+    con.print(f"[bold]efficiency:[/] {flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s, {mfu}; "
+              f"FLOPs by dtype: {mix}")
+    if eff["classes"]:
+        parts = []
+        for c in eff["classes"][:top]:
+            peak = f", {c['pct_of_peak']:.0f}% of peak" if c["pct_of_peak"] is not None else ""
+            parts.append(f"{c['class']}/{c['subclass']} {c['time_pct']:.0f}%{peak}")
+        con.print(f"  kernel time: {' · '.join(parts)}")
+    if eff["other_kernels"]:
+        names = ", ".join(k["name"][:60] for k in eff["other_kernels"][:3])
+        con.print(f"  unclassified kernels ({len(eff['other_kernels'])}): {names}")
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ STEP_COLUMNS = (
     "mem_reserved_bytes",
     "max_mem_allocated_bytes",
     "rss_bytes",  # resident set size of the rank process
+    "gpu_step_ms",  # the same step on the GPU's clock (CUDA events at the step edges), else empty
 )
 
 # Columns of nvml_rank{r}.csv. `source` is "nvml" or "cpu" (no GPU: a psutil process sampler).

@@ -1,13 +1,17 @@
 """``workbench profile``: run an unmodified training script under capture, 1..N ranks.
 
-- N == 1 and not already a rank: one child ``python -m workbench.capture.bootstrap``.
+- N == 1 and not already a rank: one child ``python -m workbench.capture.bootstrap``, with the
+  variables ``torchrun --nproc-per-node 1`` would set (:func:`single_rank_env`), so a script
+  written for torchrun (``os.environ["LOCAL_RANK"]``, ``init_process_group()`` from env) runs.
 - N > 1: ``python -m torch.distributed.run --nproc-per-node N -m workbench.capture.bootstrap``;
   torchrun sets RANK/WORLD_SIZE/MASTER_ADDR as for any torchrun job.
 - Already a rank (started under torchrun, or srun with SLURM_PROCID): capture in this process.
 
 The child's stdout/stderr are inherited (they pass through unchanged); the exit code returned is
-the script's own (the first failing rank's when several ran). The manifest is written before the
-script starts and completed when it ends, so a crashed run still says what happened.
+the script's own (the first failing rank's when several ran), 128 + the signal's number when
+``workbench profile`` was ended by SIGINT/SIGTERM/SIGHUP (passed on to the job, see
+:mod:`workbench.capture.job_control`). The manifest is written before the script starts and
+completed when it ends, so a crashed, killed or interrupted run still says what happened.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from workbench import contract
+from workbench.capture.job_control import ChildJob
 from workbench.errors import WorkbenchError
 
 
@@ -98,8 +102,24 @@ def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tupl
     return manifest
 
 
-def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int) -> dict[str, Any]:
-    """Fold the ranks' env/status files into the manifest and record how the run ended."""
+DIED_WITHOUT_REPORTING = "died without reporting (killed by a signal such as SIGKILL, or the OOM killer)"
+
+
+def single_rank_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables ``torchrun --nproc-per-node 1`` gives its one worker (rendezvous kept local)."""
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+            "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1",
+            "MASTER_ADDR": env.get("MASTER_ADDR") or "127.0.0.1", "MASTER_PORT": env.get("MASTER_PORT") or str(_free_port())}
+
+
+def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, signum: int | None = None,
+                    job_ended: bool = True) -> dict[str, Any]:
+    """Fold the ranks' env/status files into the manifest and record how the run ended.
+
+    ``signum``: the signal that ended ``workbench profile`` (the run is then ``interrupted``).
+    ``job_ended``: every rank has exited, so a rank with an env file and no status file died
+    without reporting (``ranks_died``); False when one rank of a running job writes the manifest.
+    """
     ranks: dict[str, Any] = {}
     for env_file in sorted(run_dir.glob("env_rank*.json")):
         info = json.loads(env_file.read_text())
@@ -108,6 +128,14 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int) -> 
         st = json.loads(status_file.read_text())
         ranks.setdefault(str(st["rank"]), {}).update(st)
     first = ranks[min(ranks, key=int)] if ranks else {}
+    died = _ranks_died(run_dir) if job_ended else []
+    by_rank = [ranks[k] for k in sorted(ranks, key=int)]
+    signals = [r["signal"] for r in by_rank if r.get("signal")]
+    sig = signal.Signals(signum).name if signum else (signals[0] if signals and not died else None)
+    if sig or (exit_code == 130 and not died):
+        status = contract.STATUS_INTERRUPTED
+    else:
+        status = contract.STATUS_OK if exit_code == 0 and not died else contract.STATUS_FAILED
     manifest.update(
         ranks=ranks,
         world_size=first.get("world_size"),
@@ -117,9 +145,17 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int) -> 
         versions={k: first.get(k) for k in ("python", "torch", "cuda", "nccl")},
         end_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         exit_code=exit_code,
-        status=contract.STATUS_OK if exit_code == 0 else (contract.STATUS_INTERRUPTED if exit_code in (130, -2) else contract.STATUS_FAILED),
+        status=status,
+        signal=sig,
+        # What marked the steps and why the script ended early, if it did (--max-steps etc.).
+        steps_from=next((r["steps_from"] for r in by_rank if r.get("steps_from")), None),
+        stopped=next((r["stopped"] for r in by_rank if r.get("stopped")), None),
     )
-    errors = [f"rank {k}: {r['error']}" for k, r in sorted(ranks.items()) if r.get("error")]
+    errors = [f"rank {r['rank']}: {r['error']}" for r in by_rank if r.get("error")]
+    if died:
+        manifest["ranks_died"] = died
+        # The dead rank is the cause; the others' errors are what its death did to them.
+        errors.insert(0, f"rank {died[0]} {DIED_WITHOUT_REPORTING}")
     if errors:
         manifest["error"] = errors[0]
     write_manifest(run_dir, manifest)
@@ -176,33 +212,37 @@ def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = 
         manifest = start_manifest(run_dir, command, nproc, schedule, config, capture) if rank == 0 else None
         code = run_script(script, args)
         if manifest is not None:
-            finish_manifest(run_dir, manifest, code)
+            finish_manifest(run_dir, manifest, code, job_ended=False)
         return code, run_dir
 
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = start_manifest(run_dir, command, nproc, schedule, config, capture)
     child = [sys.executable, "-m", "workbench.capture.bootstrap", script, *args]
-    if nproc > 1:
+    if nproc == 1:
+        env.update(single_rank_env(env))
+    else:
         # torchrun's own exit code is 1 for any failure; the ranks' status files keep the real one.
         child = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                  "--master-port", os.environ.get("MASTER_PORT") or str(_free_port()),
                  "-m", "workbench.capture.bootstrap", script, *args]
-    proc = subprocess.Popen(child, env=env)
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        code = 130
-    if code < 0:  # killed by a signal: report it as a shell would
-        code = 128 - code
-    code = _rank_exit_code(run_dir, code)
-    finish_manifest(run_dir, manifest, code)
+    # Signals stay ours until the manifest is complete: a second Ctrl-C must not leave it `running`.
+    with ChildJob(child, env) as job:
+        code = job.wait()
+        if code < 0:  # killed by a signal: report it as a shell would
+            code = 128 - code
+        if not _ranks_died(run_dir):  # else the survivors' codes only say torchrun stopped them
+            code = _rank_exit_code(run_dir, code)
+        if job.signum:
+            code = 128 + job.signum
+        finish_manifest(run_dir, manifest, code, signum=job.signum)
     return code, run_dir
+
+
+def _ranks_died(run_dir: Path) -> list[int]:
+    """Ranks that started (env file) but never reported how they ended (no status file)."""
+    reported = {f.name[len("status_rank"):-len(".json")] for f in run_dir.glob("status_rank*.json")}
+    return sorted(int(f.name[len("env_rank"):-len(".json")]) for f in run_dir.glob("env_rank*.json")
+                  if f.name[len("env_rank"):-len(".json")] not in reported)
 
 
 def _free_port() -> int:

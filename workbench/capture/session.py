@@ -1,10 +1,12 @@
 """What runs inside each training process: torch.profiler on a schedule, step boundaries from a
-global optimizer step hook, per-step rows, the device sampler and this rank's environment.
+step source, per-step rows, the device sampler and this rank's environment.
 
-Nothing here needs the training script to change: the profiler advances in
-``torch.optim.optimizer.register_optimizer_step_post_hook``, DataLoader waits are timed by
-wrapping the DataLoader iterator's ``__next__``, and the script runs under :func:`run_script`.
-The engine may add loss / grad-norm / tokens with :func:`record_metrics` before ``opt.step()``.
+Nothing here needs the training script to change: the profiler advances at each step boundary of
+``--steps-from`` (:mod:`workbench.capture.steps`; by default the optimizer step hook), DataLoader
+waits are timed by wrapping the DataLoader iterator's ``__next__``, and the script runs under
+:func:`run_script`. ``--max-steps`` / ``--stop-after-profile`` end the script from the step
+boundary by raising :class:`StopRun`. The engine may add loss / grad-norm / tokens with
+:func:`record_metrics` before ``opt.step()``.
 """
 
 from __future__ import annotations
@@ -15,19 +17,36 @@ import json
 import os
 import platform
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from workbench import contract
 from workbench.capture.sampler import Sampler, open_nvml
+from workbench.capture.device_clock import DeviceStepClock
+from workbench.capture.steps import StepSource, make_source
 
 _ACTIVE: "CaptureSession | None" = None
+MAX_UNWRITTEN_ROWS = 256
+"""Rows held for their GPU step time at most (a host this far ahead is throttled by the launch
+queue long before; beyond it the rows are written with the host's figure only)."""
+
+
+class StopRun(SystemExit):
+    """Raised from a step boundary once ``--max-steps`` steps are done (``reason`` "max_steps") or
+    the profiled window is written (``reason`` "profile_done"). A SystemExit with code 0: the
+    script's ``finally`` blocks run, its ``except Exception`` does not catch it, and the run ends ok."""
+
+    code = 0
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(0)
+        self.reason = reason
 
 
 @dataclass(kw_only=True, slots=True)
@@ -49,15 +68,27 @@ class CaptureConfig:
     with_stack: bool = False
     """Python stacks: ~10x larger traces; off by default."""
     sample_interval_s: float = 0.1
+    steps_from: str = "auto"
+    """What ends a step: auto, optimizer, backward, annotation:NAME or time:SEC (see capture.steps)."""
+    max_steps: int | None = None
+    """End the script (StopRun) after this many steps."""
+    stop_after_profile: bool = False
+    """End the script (StopRun) once the profiled window's trace is written."""
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1:
             raise ValueError(f"schedule must be WAIT>=0,WARMUP>=0,ACTIVE>=1, got {self.wait},{self.warmup},{self.active}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
 
     @classmethod
     def from_env(cls) -> "CaptureConfig":
-        wait, warmup, active = (int(x) for x in os.environ.get("WORKBENCH_SCHEDULE", "1,1,3").split(","))
-        return cls(out_dir=Path(os.environ["WORKBENCH_RUN_DIR"]), wait=wait, warmup=warmup, active=active)
+        env = os.environ
+        wait, warmup, active = (int(x) for x in env.get("WORKBENCH_SCHEDULE", "1,1,3").split(","))
+        max_steps = env.get("WORKBENCH_MAX_STEPS", "")
+        return cls(out_dir=Path(env["WORKBENCH_RUN_DIR"]), wait=wait, warmup=warmup, active=active,
+                   steps_from=env.get("WORKBENCH_STEPS_FROM") or "auto", max_steps=int(max_steps) if max_steps else None,
+                   stop_after_profile=env.get("WORKBENCH_STOP_AFTER_PROFILE") == "1")
 
 
 def dist_env() -> tuple[int, int, int]:
@@ -118,8 +149,14 @@ class CaptureSession:
         self._data_wait_s = 0.0
         self._step_start = time.time()
         self._step_t0 = time.perf_counter()
-        self._optimizer_id: int | None = None
-        self._hook = None
+        self.steps_from: str | None = None
+        """The resolved step source ("optimizer", "backward", "annotation:NAME", "time:SEC"); None
+        while auto has not decided."""
+        self.stop_reason: str | None = None
+        self._source: StepSource | None = None
+        self._in_step = False
+        self._clock = DeviceStepClock()
+        """Rows wait here for their step's GPU time (the host may run steps ahead of the GPU)."""
         self._orig_next = None
         self._prof: profile | None = None
         self._sampler: Sampler | None = None
@@ -131,6 +168,13 @@ class CaptureSession:
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "CaptureSession":
         global _ACTIVE
+        c = self.config
+        # Time windows tick per rank, not per iteration: a rank stopped by them could leave the
+        # others inside a collective, so several ranks may stop only on iteration-bound sources.
+        stopping = c.max_steps is not None or c.stop_after_profile
+        if self.world_size > 1 and stopping and c.steps_from.startswith("time:"):
+            raise ValueError(f"--max-steps/--stop-after-profile with --steps-from {c.steps_from} cannot stop "
+                             f"{self.world_size} ranks at the same iteration; use optimizer, backward or annotation:NAME")
         _ACTIVE = self
         info = environment_info(self.rank, self.world_size, self.local_rank)
         _write_json_atomic(self.out / contract.env_name(self.rank), info)
@@ -138,7 +182,6 @@ class CaptureSession:
         self._sampler = Sampler(self.out / contract.nvml_name(self.rank), backend, self.config.sample_interval_s).start()
         self._patch_dataloader()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        c = self.config
         self._prof = profile(
             activities=activities,
             schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
@@ -148,16 +191,21 @@ class CaptureSession:
             with_stack=c.with_stack,
         )
         self._prof.start()
-        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._source = make_source(c.steps_from, self._end_step, self._resolved,
+                                   time_fallback=not (self.world_size > 1 and stopping), rank=self.rank)
+        self._source.install()
+        self._clock.start()
         self._step_start, self._step_t0 = time.time(), time.perf_counter()
         return self
 
     def stop(self) -> None:
         """Stop everything; a profiler stopped mid-cycle still writes what it recorded."""
         global _ACTIVE
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        if self._source is not None:
+            source, self._source = self._source, None
+            source.remove()
+            if self.step == 0 and self.rank == 0:
+                print(f"workbench: no step recorded: {source.why_no_step()}", file=sys.stderr, flush=True)
         if self._prof is not None:
             prof, self._prof = self._prof, None
             try:
@@ -169,18 +217,38 @@ class CaptureSession:
             self._sampler.stop()
             self._sampler = None
         if not self._steps_file.closed:
+            self._write_rows(self._clock.flush())
             self._steps_file.close()
         _ACTIVE = None
 
     # ---- hooks -------------------------------------------------------------------------------
-    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        # Several optimizers (or a wrapper such as ZeroRedundancyOptimizer around an inner one)
-        # would advance the step more than once per iteration: follow the first one that steps.
-        if self._optimizer_id is None:
-            self._optimizer_id = id(optimizer)
-        elif id(optimizer) != self._optimizer_id:
+    def _resolved(self, spec: str) -> None:
+        self.steps_from = spec
+
+    def _end_step(self) -> None:
+        # A time tick during a step (the trace export can take a second) is dropped, not nested.
+        if self._in_step or self._source is None:
             return
-        now, t = time.time(), time.perf_counter()
+        self._in_step = True
+        try:
+            self._write_row()
+        finally:
+            self._in_step = False
+        c = self.config
+        if c.max_steps is not None and self.step >= c.max_steps:
+            self._stop_run("max_steps")
+        elif c.stop_after_profile and self.trace_written:
+            self._stop_run("profile_done")
+
+    def _stop_run(self, reason: str) -> None:
+        # Every rank counts the same iterations, so all stop at the same one and none is left
+        # waiting in a collective; the trace is written before the script starts unwinding.
+        self.stop_reason = reason
+        self.stop()
+        raise StopRun(reason)
+
+    def _write_row(self) -> None:
+        t = time.perf_counter()
         profiled = self._prof is not None and self._prof.current_action.name.startswith("RECORD")
         row: dict[str, Any] = {
             "step": self.step,
@@ -196,14 +264,27 @@ class CaptureSession:
             row["max_mem_allocated_bytes"] = torch.cuda.max_memory_allocated()
         if self._sampler is not None:
             row["rss_bytes"] = self._sampler._proc.memory_info().rss
-        self._steps.writerow(row)
-        self._steps_file.flush()
+        if self._clock.edge(row):
+            # written once the GPU has reached the step's end (a query, never a wait)
+            ready = self._clock.ready()
+            ready += self._clock.drop(self._clock.waiting() - MAX_UNWRITTEN_ROWS)
+            self._write_rows(ready)
+        else:
+            self._write_rows([(row, None)])
         self._metrics = {}
         self._data_wait_s = 0.0
         self.step += 1
         if self._prof is not None:
             self._prof.step()
         self._step_start, self._step_t0 = time.time(), time.perf_counter()
+
+    def _write_rows(self, rows: list[tuple[dict[str, Any], float | None]]) -> None:
+        for row, gpu_ms in rows:
+            if gpu_ms is not None:
+                row["gpu_step_ms"] = f"{gpu_ms:.3f}"
+            self._steps.writerow(row)
+        if rows:
+            self._steps_file.flush()
 
     def _patch_dataloader(self) -> None:
         from torch.utils.data import dataloader

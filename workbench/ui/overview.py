@@ -37,7 +37,8 @@ def overview_page() -> None:
                    delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of capacity" if h.peak_memory_bytes and h.capacity_bytes else None,
                    delta_color="off")
     st.caption(f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
-               f"{analysis.breakdown['step'].nunique()} profiled step(s) · status {analysis.run.manifest.get('status', 'bare')}")
+               f"{analysis.breakdown['step'].nunique()} profiled step(s) · steps from {analysis.run.manifest.get('steps_from') or 'unknown'} · "
+               f"status {analysis.run.manifest.get('status', 'bare')}")
     st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
     st.subheader("Diagnoses")
     widgets.diagnosis_cards(analysis)
