@@ -172,12 +172,27 @@ class Analysis:
 
     @property
     def verdict(self) -> str:
-        serious = [d for d in self.diagnoses if d.severity != "info"]
-        if not serious:
-            busy = self.breakdown_pct().get("compute", 0.0)
+        # low_mfu is the summary; a finding that names a fix takes the line when there is one
+        serious = sorted((d for d in self.diagnoses if d.severity != "info"), key=lambda d: d.id == "low_mfu")
+        if serious:
+            top = serious[0]
+            return f"{top.id}: {top.title} → {top.recommendation.split(';')[0]}"
+        # issue 10: "no bottleneck" only when compute fills >= 90% of the step and MFU is near what
+        # this GPU reaches (low_mfu silent: MFU over the busy share >= 0.75 of the GEMMs' rate)
+        NO_BOTTLENECK_COMPUTE_PCT = 90.0
+        pct = self.breakdown_pct()
+        busy = pct.get("compute", 0.0)
+        mfu = next((d for d in self.diagnoses if d.id == "low_mfu"), None)
+        if busy >= NO_BOTTLENECK_COMPUTE_PCT and mfu is None:
             return f"no bottleneck found: compute fills {busy:.0f}% of the step"
-        top = serious[0]
-        return f"{top.id}: {top.title} → {top.recommendation.split(';')[0]}"
+        # every remaining point of the step goes somewhere the user can look: name the shares
+        rest = sorted(((v, c) for c, v in pct.items() if c != "compute" and v >= 1.0), reverse=True)
+        parts = [f"compute {busy:.0f}% of the step"] + [f"{c} {v:.0f}%" for v, c in rest]
+        if mfu is not None:
+            parts.append(f"MFU {mfu.evidence['mfu_pct']:.0f}% vs {mfu.evidence['ceiling_pct']:.0f}% this GPU reaches on "
+                         f"these GEMMs")
+        small = [d.id for d in self.diagnoses if d.id != "low_mfu"]
+        return "no single bottleneck: " + ", ".join(parts) + (f" (minor: {', '.join(small)})" if small else "")
 
     def breakdown_pct(self) -> dict[str, float]:
         if self.breakdown.empty:

@@ -22,7 +22,9 @@ def by_id(path):
 @pytest.mark.parametrize("path", HEALTHY, ids=lambda p: p.name)
 def test_healthy_gpu_runs_have_no_warning(path):
     a = analyze_run(path)
-    assert [d.id for d in a.diagnoses if d.severity != "info"] == []
+    # both scripts train an fp32 MLP with foreach AdamW: busy, but the efficiency rules (issue 10)
+    # rightly find fp32 GEMMs and an unfused optimizer (tests/analysis/test_efficiency_rules.py)
+    assert [d.id for d in a.diagnoses if d.severity != "info"] == ["fp32_matmul", "unfused_optimizer"]
     assert a.metrics()["gpu_busy_pct"] > 80
 
 
@@ -72,7 +74,7 @@ def test_host_bound_on_tiny_kernels():
 def test_memory_fragmentation():
     a = analyze_run(DATA / "gpu_fragment")
     d = {x.id: x for x in a.diagnoses}["memory_fragmentation"]
-    assert d.severity in ("warning", "critical")
+    assert d.severity == "info"  # 5 % of the H200 reserved: nothing at risk (issue 10, item 4)
     m = a.run.traces[0].memory
     m = m[m["device_type"] == 1]
     stranded = m["reserved_bytes"].max() - m["allocated_bytes"].max()
@@ -85,7 +87,8 @@ def test_compare_slow_and_fixed_gpu_data():
     from workbench.compare import compare_runs
 
     c = compare_runs(analyze_run(TRACES / "gpu_slow_data"), analyze_run(TRACES / "gpu_fixed_data"))
-    assert c.resolved == ["dataloader_stall"] and c.new == []
+    # with the stall gone the fp32 GEMMs and the foreach optimizer fill the step: they matter now
+    assert c.resolved == ["dataloader_stall"] and sorted(c.new) == ["fp32_matmul", "unfused_optimizer"]
     step = c.metrics.set_index("metric").loc["step_ms"]
     assert c.speedup_measured == pytest.approx(step["a"] / step["b"])
     assert c.speedup_measured > 5

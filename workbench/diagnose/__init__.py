@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from workbench.diagnose.base import SEVERITIES, Context, Diagnosis
 from workbench.diagnose.dataloader import dataloader_stall
+from workbench.diagnose.efficiency import RULES as EFFICIENCY_RULES
 from workbench.diagnose.exposed_comm import exposed_communication
 from workbench.diagnose.gpu import host_sync, low_gpu_utilization, pageable_memcpy
 from workbench.diagnose.instability import training_instability
@@ -19,7 +20,7 @@ from workbench.diagnose.straggler import straggler_rank
 __all__ = ["Context", "Diagnosis", "RULES", "SEVERITIES", "diagnose"]
 
 RULES = (redundant_allgather, exposed_communication, oom_risk, memory_fragmentation, low_gpu_utilization,
-         host_sync, pageable_memcpy, straggler_rank, pipeline_bubble, training_instability)
+         host_sync, pageable_memcpy, straggler_rank, pipeline_bubble, training_instability, *EFFICIENCY_RULES)
 
 
 def diagnose(breakdown, run_config: dict | None = None, context: Context | None = None) -> list[Diagnosis]:
