@@ -35,9 +35,9 @@ from workbench.compare import compare_runs  # noqa: E402
 from workbench.verdict import analyze_run  # noqa: E402
 
 SCALES = {
-    # scale: (rung directory, ranks, profiler schedule, steady-state first step)
-    "gpu": ("gpu", 1, "6,2,4", 3),
-    "cpu": ("cpu", 2, "4,1,3", 2),
+    # scale: (rung directory, ranks, profiler schedule)
+    "gpu": ("gpu", 1, "6,2,4"),
+    "cpu": ("cpu", 2, "4,1,3"),
 }
 
 
@@ -69,25 +69,37 @@ def changed_keys(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def steady_steps(run_dir: Path, first: int, schedule: str) -> tuple[float, float | None, list[tuple[float, float]]]:
-    """Rank 0's steady state from steps_rank0.csv: (mean step ms, tokens/s, [(start, end)] of each step).
+def steady_steps(run_dir: Path) -> tuple[float, float | None, list[tuple[float, float]]]:
+    """The run's steady steps as ``workbench.analysis.throughput`` defines them (step ≥ 1, not
+    profiled; the numbers ``workbench compare`` and ``--json`` ``metrics`` give): (mean step ms,
+    tokens/s of the job, [(start, end)] of rank 0's steady steps for the NVML mean).
 
-    Steady = from step ``first`` on, leaving out the profiler's warm-up and recorded steps (the
-    profiler's own overhead, and its trace export between steps, are not the workload). The mean,
-    not the median: a starved loader stalls in bursts (N workers deliver N batches at once).
+    The NVML windows leave out a steady step whose step before is not steady (step 1, the first
+    after the profiled window): NVML's utilisation is the busy share of a trailing sample period of
+    up to 1 s (nvmlDeviceGetUtilizationRates), so its sample reads the start-up or the trace export
+    before it (0–4 % on case_gpu_2_preload_shm and case_gpu_3_batch32 against 93–100 % around it).
     """
     import pandas as pd
 
-    wait, warmup, active = (int(x) for x in schedule.split(","))
-    df = pd.read_csv(run_dir / "steps_rank0.csv")
-    s = df[(df["step"] >= first) & ~df["step"].between(wait, wait + warmup + active)]
-    step_ms = float(s["step_ms"].mean())
-    tokens = None
-    if "tokens" in s and s["tokens"].notna().any():
-        world = len(list(run_dir.glob("steps_rank*.csv")))
-        tokens = float(s["tokens"].sum() * world / (s["step_ms"].sum() / 1e3))
+    from workbench.analysis.throughput import steady_step_ms, steady_steps as steady, steady_summary, tokens_per_s
+
+    frames = {int(f.stem.removeprefix("steps_rank")): pd.read_csv(f) for f in run_dir.glob("steps_rank*.csv")}
+    summary = steady_summary(frames)
+    s = steady(frames[0])
+    s = s[(s["step"] - 1).isin(s["step"])]
     windows = list(zip(s["start_unix_s"], s["start_unix_s"] + s["step_ms"] / 1e3))
-    return step_ms, tokens, windows
+    return steady_step_ms(summary), tokens_per_s(summary), windows
+
+
+def mfu_steady(run_dir: Path, tokens_per_s: float | None) -> float | None:
+    """MFU of the steady steps (PaLM): tokens/s per device × the model's FLOPs per token (the engine
+    writes ``flops_per_token`` in the manifest's config) over the device's dense bf16 peak."""
+    from workbench.peaks import mfu_pct
+
+    m = json.loads((run_dir / "manifest.json").read_text())
+    fpt = (m.get("config") or {}).get("flops_per_token")
+    world = int(m.get("world_size") or 1)
+    return mfu_pct(tokens_per_s / world, fpt, m.get("device_name")) if tokens_per_s else None
 
 
 def nvml_mean(run_dir: Path, windows: list[tuple[float, float]]) -> tuple[float | None, str]:
@@ -125,6 +137,9 @@ def hardware(run_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", choices=SCALES, required=True)
+    p.add_argument("--rungs-dir", type=Path, default=None,
+                   help="another ladder's folder of rung TOMLs (e.g. case_studies/mfu_34_to_50/gpu); "
+                        "default: this study's <scale>/ folder")
     p.add_argument("--out", type=Path, required=True, help="where the rungs' run directories go")
     p.add_argument("--rungs", default=None, help="comma-separated rung file stems (default: all, in order)")
     p.add_argument("--sample-cost-ms", type=float, default=None,
@@ -132,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="results file (default OUT/results.json)")
     args = p.parse_args(argv)
 
-    rung_dir, ranks, schedule, first = SCALES[args.scale]
-    rungs = sorted((HERE / rung_dir).glob("*.toml"))
+    rung_dir, ranks, schedule = SCALES[args.scale]
+    rungs = sorted((args.rungs_dir.resolve() if args.rungs_dir else HERE / rung_dir).glob("*.toml"))
     if args.rungs:
         wanted = args.rungs.split(",")
         rungs = [r for r in rungs if r.stem in wanted]
@@ -163,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         analysis = analyze_run(run_dir)
         metrics = analysis.metrics()
-        step_ms, tokens, windows = steady_steps(run_dir, first, schedule)
+        step_ms, tokens, windows = steady_steps(run_dir)
         util, source = nvml_mean(run_dir, windows)
         entry.update(
             hardware=hardware(run_dir),
@@ -171,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             nvml_source=source,
             trace_gpu_busy_pct=metrics.get("gpu_busy_pct"),
             trace_compute_busy_pct=metrics.get("compute_busy_pct"),
+            mfu_pct_steady=mfu_steady(run_dir, tokens),
+            mfu_pct_trace=(analysis.efficiency_json() or {}).get("mfu_pct"),
             step_ms=step_ms,
             tokens_per_s=tokens,
             breakdown_pct=analysis.breakdown_pct(),
