@@ -8,12 +8,18 @@ the measured speed-up next to what A's diagnoses estimated.
       "json_schema": "workbench.compare/1",
       "a": {"path", "name", "verdict"}, "b": {"path", "name", "verdict"},
       "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Analysis.metrics() of both
-      "speedup_measured": float|null,   # A step_ms / B step_ms (> 1: B is faster)
+      "speedup_measured": float|null,   # A step_ms / B step_ms, profiled steps (> 1: B is faster)
       "resolved": [{"id", "severity", "title", "estimated_speedup_max", "within_estimate"}],
                                         # in A at warning or above, absent or info in B
       "new": [{"id", "severity", "title"}],   # in B at warning or above, not so in A
       "persisting": [str]               # ids at warning or above in both
     }
+Which steps each number covers (workbench.verdict's ``metrics``): ``step_ms``, the category
+shares and ``speedup_measured`` the profiled steps (the trace, as the diagnoses' estimates);
+``steady_step_ms`` and ``tokens_per_s`` the steady steps of the steps CSVs (step ≥ 1, not profiled:
+``workbench.analysis.throughput``), the throughput the case studies' RESULTS.md report. Before
+issue 10 ``tokens_per_s`` also counted step 0's start-up and the profiled steps (57,306 against
+RESULTS.md's 139,352 for ``traces/case_gpu_2_preload_shm``; now 139,237 in both).
 ``within_estimate``: the measured speed-up does not exceed the diagnosis's upper bound
 (``speedup_max``) by more than ``ESTIMATE_TOLERANCE`` (run-to-run noise); null without a bound.
 """
@@ -140,7 +146,9 @@ def _print(cmp: Comparison) -> None:
         t.add_row(row["metric"], f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
     con.print(t)
     if cmp.speedup_measured is not None:
-        con.print(f"[bold]measured speed-up[/] (A step / B step): {cmp.speedup_measured:.2f}×")
+        con.print(f"[bold]measured speed-up[/] (A step / B step, profiled steps): {cmp.speedup_measured:.2f}×")
+    con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
+              "steps (step ≥ 1, not profiled)")
     for i in cmp.resolved:
         est = cmp.estimates.get(i)
         within = cmp.within_estimate(i)

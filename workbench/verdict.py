@@ -23,7 +23,13 @@
       "metrics": {name: float|null},    # added in issue 4; flat, the rows of `workbench compare`:
           step_ms, <category>_pct, gpu_busy_pct (kernels, GPU runs) or compute_busy_pct (CPU),
           exposed_comm_pct (min over ranks), comm_ms_per_step, peak_reserved_gib,
-          peak_allocated_gib, straggler_work_ratio, tokens_per_s (steps CSV, when written)
+          peak_allocated_gib, straggler_work_ratio, tokens_per_s (steps CSV, when written),
+          steady_step_ms (added in issue 10)
+          step_ms and the <category>_pct cover the profiled steps (the trace); steady_step_ms and
+          tokens_per_s the steady steps of the steps CSVs: step ≥ 1, not profiled, step time
+          gpu_step_ms where captured; tokens_per_s = the job's tokens per steady step /
+          steady_step_ms (analysis.throughput; issue 10 — before, it also counted step 0's
+          start-up and the profiled steps)
       "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
                        "calls_per_step", "bytes_per_step", "total_ms"}],   # added in issue 4
       "clock": {rank: {"offset_us", "source"}},                         # added in issue 4
@@ -63,6 +69,7 @@ from workbench.analysis.kernels import device_busy
 from workbench.analysis.memory import GIB, memory_summary
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import CATEGORIES, rank_summary, run_breakdown, step_windows
+from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
 from workbench.diagnose import Context, Diagnosis, diagnose
 from workbench.errors import WorkbenchError
 from workbench.load import Run, load_run
@@ -113,13 +120,12 @@ class Analysis:
         if self.breakdown["rank"].nunique() > 1:
             sk = rank_skew(self.breakdown)
             out["straggler_work_ratio"] = float(sk["work_ratio"].max())
-        tok = []
-        for df in ctx.steps.values():
-            if df is not None and "tokens" in df and df["tokens"].notna().any() and "step_ms" in df:
-                d = df.dropna(subset=["tokens"])
-                tok.append(float(d["tokens"].sum() / (step_time_ms(d).sum() / 1e3)))
-        if tok:
-            out["tokens_per_s"] = float(sum(tok))
+        steady = steady_summary(ctx.steps)
+        if not steady.empty:
+            out["steady_step_ms"] = steady_step_ms(steady)
+            tps = tokens_per_s(steady)
+            if tps is not None:
+                out["tokens_per_s"] = tps
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
     def efficiency_frames(self) -> dict[int, Efficiency]:
@@ -235,14 +241,6 @@ class Analysis:
             "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.traces.items()},
             "efficiency": self.efficiency_json(),
         }
-
-
-def step_time_ms(steps: pd.DataFrame) -> pd.Series:
-    """Each steps-CSV row's time: on the GPU's clock where capture recorded it (``gpu_step_ms``),
-    else the host's (``step_ms``). The two agree unless the host ran ahead of the GPU."""
-    if "gpu_step_ms" in steps:
-        return steps["gpu_step_ms"].fillna(steps["step_ms"])
-    return steps["step_ms"]
 
 
 def analyze_run(path: Path | str | Run, progress=None) -> Analysis:

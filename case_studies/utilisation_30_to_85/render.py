@@ -113,6 +113,8 @@ communication rung, which one GPU cannot show.
 
 "× baseline" is throughput (tokens/s) over the baseline's; "measured gain" is step time over the
 rung before's, next to the tool's upper-bound estimate for the diagnosis that rung fixed.
+"step ms" and "tokens/s" cover the steady steps (step ≥ 1, not profiled; all ranks): the numbers
+`workbench compare` gives for the same run (`metrics.steady_step_ms`, `metrics.tokens_per_s`).
 
 ## GPU ladder
 

@@ -13,9 +13,14 @@ Also at least 2 ms per step (TraceML's floor): below that the share is noise on 
 
 Two readings, the larger wins (evidence keeps both):
 - the profiled steps, from the trace (``trace_share_pct``);
-- every unprofiled step after the first, from ``steps_rank{r}.csv``'s ``data_wait_ms``
-  (``run_share_pct``). A handful of profiled steps can miss a loader that stalls in bursts
-  (N workers finishing N batches at once, then a long wait): the whole run cannot.
+- the steady steps of ``steps_rank{r}.csv`` (step ≥ 1, not profiled; analysis.throughput, the
+  steps ``tokens_per_s`` covers), their ``data_wait_ms`` (``run_share_pct``). A handful of
+  profiled steps can miss a loader that stalls in bursts (N workers finishing N batches at once,
+  then a long wait): the whole run cannot.
+The two cover different steps with different step times (on case_gpu_0_baseline 1,020 ms per
+profiled step, 810 ms per steady step), so the title names the steps its figures cover —
+"profiled steps 8–11" (the CLI's table, ``summary.step_ms``) or "unprofiled steps 1–29"
+(``metrics.steady_step_ms``) — and ``evidence.steps_covered`` repeats it.
 
 Estimated gain (upper bound): hiding all waiting saves ``dataloader_ms`` per step, so
 speed-up ≤ step_ms / (step_ms − dataloader_ms).
@@ -25,25 +30,24 @@ from __future__ import annotations
 
 import pandas as pd
 
+from workbench.analysis.throughput import steady_summary, steps_label
 from workbench.diagnose.base import Diagnosis, severity_for
 
 INFO_PCT = 5.0
 WARNING_PCT = 10.0
 CRITICAL_PCT = 20.0
 MIN_MS_PER_STEP = 2.0
+MIN_STEADY_STEPS = 3
+"""Fewer steady steps than this and the run reading is left out: one burst would decide it."""
 BANDS = ((INFO_PCT, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
 def run_wait(steps: dict | None) -> pd.DataFrame:
-    """Per rank, mean step_ms and data_wait_ms over unprofiled steps after step 0 (steps CSVs)."""
-    rows = {}
-    for rank, df in (steps or {}).items():
-        if df is None or not {"step", "step_ms", "data_wait_ms", "profiled"} <= set(df.columns):
-            continue
-        d = df[(df["step"] >= 1) & (df["profiled"] == 0)].dropna(subset=["step_ms", "data_wait_ms"])
-        if len(d) >= 3:
-            rows[int(rank)] = {"step_ms": float(d["step_ms"].mean()), "dataloader_ms": float(d["data_wait_ms"].mean())}
-    return pd.DataFrame.from_dict(rows, orient="index", columns=["step_ms", "dataloader_ms"])
+    """Per rank (index) over its steady steps (analysis.throughput): ``step_ms``, ``dataloader_ms``
+    (mean ``data_wait_ms``), ``steps``, ``first_step``, ``last_step``."""
+    s = steady_summary(steps, min_steps=MIN_STEADY_STEPS).dropna(subset=["data_wait_ms"])
+    s = s.set_index("rank").rename(columns={"data_wait_ms": "dataloader_ms"})
+    return s[["step_ms", "dataloader_ms", "steps", "first_step", "last_step"]]
 
 
 def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, steps: dict | None = None) -> Diagnosis | None:
@@ -54,9 +58,13 @@ def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, st
     whole = run_wait(steps)
     run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean() if not whole.empty else None
     source = "main-thread enumerate(DataLoader)#…__next__ while the device was idle (profiled steps)"
+    covered = steps_label(int(breakdown["step"].min()), int(breakdown["step"].max()), profiled=True)
+    n_steps = int(breakdown["step"].nunique())
     if run_share is not None and run_share > trace_share:
-        per_rank = whole
-        source = "DataLoader __next__ wait per step in steps_rank{r}.csv (every unprofiled step after the first)"
+        per_rank = whole[["step_ms", "dataloader_ms"]].copy()
+        source = "DataLoader __next__ wait per step in steps_rank{r}.csv (steady steps: step ≥ 1, not profiled)"
+        covered = steps_label(int(whole["first_step"].min()), int(whole["last_step"].max()), profiled=False)
+        n_steps = int(whole["steps"].max())
     per_rank["share_pct"] = 100.0 * per_rank["dataloader_ms"] / per_rank["step_ms"]
     step_ms = float(per_rank["step_ms"].mean())
     dl_ms = float(per_rank["dataloader_ms"].mean())
@@ -78,13 +86,14 @@ def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, st
     return Diagnosis(
         id="dataloader_stall",
         severity=severity,
-        title=f"DataLoader waits {share:.0f}% of each step ({dl_ms:.1f} ms of {step_ms:.1f} ms)",
+        title=f"DataLoader waits {share:.0f}% of each step ({dl_ms:.1f} ms of {step_ms:.1f} ms, {covered})",
         evidence={
             "dataloader_ms_per_step": round(dl_ms, 3),
             "step_ms": round(step_ms, 3),
             "share_pct": round(share, 2),
             "per_rank_share_pct": {int(r): round(float(v), 2) for r, v in per_rank["share_pct"].items()},
-            "steps": int(breakdown["step"].nunique()),
+            "steps": n_steps,
+            "steps_covered": covered,
             "trace_share_pct": round(float(trace_share), 2),
             "run_share_pct": None if run_share is None else round(float(run_share), 2),
             "source": source,

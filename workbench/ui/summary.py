@@ -52,18 +52,17 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
 
 
 def mfu_pct(analysis: Analysis) -> float | None:
-    """MFU = tokens/s × FLOPs/token ÷ peak, when the manifest has ``flops_per_token`` (engine runs)."""
+    """MFU = tokens/s per device × FLOPs/token ÷ peak, when the manifest has ``flops_per_token``
+    (engine runs). tokens/s is ``metrics.tokens_per_s``: the steady steps (step ≥ 1, not profiled;
+    analysis.throughput), the number ``workbench compare`` and the case studies report."""
     m = analysis.run.manifest
     fpt = m.get("flops_per_token") or (m.get("config") or {}).get("flops_per_token")
     if not fpt or not peak_flops(analysis.run.device_name):
         return None
-    tokens = [d.steps["tokens"].dropna() for d in analysis.run.ranks.values() if d.steps is not None and "tokens" in d.steps]
-    tokens = pd.concat(tokens) if tokens else pd.Series(dtype=float)
-    step_ms = float(analysis.breakdown["step_ms"].mean()) if not analysis.breakdown.empty else 0
-    if tokens.empty or step_ms <= 0:
+    tps = analysis.metrics().get("tokens_per_s")
+    if not tps:
         return None
-    per_rank_tps = float(tokens.mean()) / (step_ms / 1e3)
-    return mfu(per_rank_tps, fpt, analysis.run.device_name)
+    return mfu(tps / max(analysis.run.world_size or 1, 1), fpt, analysis.run.device_name)
 
 
 def headline(analysis: Analysis) -> Headline:

@@ -1,0 +1,97 @@
+"""One definition of step time and tokens/s (issue 10, item 7).
+
+(a) the dataloader_stall title said "of 97.6 ms" (the steps CSV's unprofiled steps) under a table
+of 111.7 ms steps (the profiled ones): the title now names the steps its figures cover, and its
+figure is the one the CLI or ``workbench compare`` prints for those steps.
+(b) ``workbench compare`` gave ``traces/case_gpu_2_preload_shm`` 57,306 tokens/s (step 0's
+start-up and the profiled steps counted) where the case study's RESULTS.md gave 139,352: both now
+use the steady steps of ``workbench.analysis.throughput``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+from workbench.cli import _print_analysis
+from workbench.compare import compare_runs
+from workbench.verdict import analyze_run
+
+TRACES = ROOT / "traces"
+CASE = ROOT / "case_studies" / "utilisation_30_to_85"
+
+
+def cli_output(analysis) -> str:
+    from rich.console import Console
+
+    buf = io.StringIO()
+    _print_analysis(analysis, Console(file=buf, width=200, highlight=False, no_color=True))
+    return buf.getvalue()
+
+
+def stall(analysis):
+    (d,) = [d for d in analysis.diagnoses if d.id == "dataloader_stall"]
+    return d
+
+
+def test_tokens_per_s_is_the_steady_steps_by_hand():
+    df = pd.read_csv(TRACES / "case_gpu_2_preload_shm" / "steps_rank0.csv")
+    # by hand: steps 1..29 less the recorded 8..11 (25 steps of 16,384 tokens), host clock
+    steady = df[(df["step"] >= 1) & ~df["step"].isin([8, 9, 10, 11])]
+    assert len(steady) == 25
+    expected = 25 * 16384 / (steady["step_ms"].sum() / 1e3)
+    m = analyze_run(TRACES / "case_gpu_2_preload_shm").metrics()
+    assert m["tokens_per_s"] == pytest.approx(expected, rel=1e-4)
+    assert m["tokens_per_s"] == pytest.approx(139_237, abs=1)
+    assert m["steady_step_ms"] == pytest.approx(steady["step_ms"].mean(), abs=1e-3)
+
+
+@pytest.mark.slow  # analyzes two GPU runs (~3 s on 2 shared cores)
+def test_compare_and_the_case_study_report_the_same_tokens_per_s():
+    cmp = compare_runs(analyze_run(TRACES / "case_gpu_1_more_workers"), analyze_run(TRACES / "case_gpu_2_preload_shm")).to_json()
+    rows = {r["metric"]: r for r in cmp["metrics"]}
+    rungs = {r["rung"]: r for r in json.loads((CASE / "results_gpu.json").read_text())["rungs"]}
+    table = (CASE / "RESULTS.md").read_text()
+    for side, rung in (("a", "1_more_workers"), ("b", "2_preload_shm")):
+        assert rows["tokens_per_s"][side] == pytest.approx(rungs[rung]["tokens_per_s"], rel=1e-6), rung
+        assert rows["steady_step_ms"][side] == pytest.approx(rungs[rung]["step_ms"], rel=1e-6), rung
+        row = re.search(rf"^\| {rung} \|(.*)$", table, re.M).group(1).split("|")
+        assert row[2].strip() == f"{rows['steady_step_ms'][side]:.1f}", rung
+        assert row[3].strip() == f"{rows['tokens_per_s'][side]:,.0f}", rung
+
+
+def test_steady_steps_are_timed_on_the_gpu_clock_where_captured():
+    # the host runs ahead under CUDA graphs: its step_ms is not what the GPU did
+    df = pd.read_csv(ROOT / "tests" / "analysis" / "data" / "gpu_host_ahead_graphs" / "steps_rank0.csv")
+    steady = df[(df["step"] >= 1) & (df["profiled"] == 0)]
+    m = analyze_run(ROOT / "tests" / "analysis" / "data" / "gpu_host_ahead_graphs").metrics()
+    assert m["steady_step_ms"] == pytest.approx(steady["gpu_step_ms"].mean(), rel=1e-4)
+    assert m["steady_step_ms"] > 1.2 * steady["step_ms"].mean()
+
+
+def test_stall_title_from_profiled_steps_quotes_the_cli_table():
+    a = analyze_run(TRACES / "fault_slow_data")
+    d = stall(a)
+    assert d.evidence["steps_covered"] == "profiled steps 3–5"
+    assert d.title.endswith(f"of {a.per_rank['step_ms'].mean():.1f} ms, profiled steps 3–5)")
+    out = cli_output(a)
+    assert "3 profiled step(s)" in out
+    figure = re.search(r"of ([\d.]+) ms, profiled", d.title).group(1)
+    table_steps = re.findall(r"^│\s+\d+ │\s+([\d.]+) │", out, re.M)  # the table's step column, one row per rank
+    assert table_steps == [figure, figure]  # both ranks take 22.4 ms
+
+
+def test_stall_title_from_unprofiled_steps_names_them_and_quotes_compare():
+    a = analyze_run(TRACES / "case_gpu_0_baseline")
+    d = stall(a)
+    m = a.metrics()
+    # the CLI's table shows the profiled steps (1,020 ms); the title covers others and says so
+    assert f"{a.per_rank['step_ms'].iloc[0]:.1f}" == "1020.2"
+    assert d.evidence["steps_covered"] == "unprofiled steps 1–29" and d.evidence["steps"] == 25
+    assert d.title.endswith(f"of {m['steady_step_ms']:.1f} ms, unprofiled steps 1–29)")
+    assert "809.6 ms" in d.title
