@@ -147,3 +147,33 @@ def test_upload_of_dotdot_and_bad_zip_is_refused(server, page, tmp_path):
     assert _listing(TRACES) == before_root
     assert {p.name for p in ROOT.iterdir()} == before_parent
     assert not (ROOT / "x").exists() and not (ROOT.parent / "evil.pt.trace.json").exists()
+
+
+PAGES = {"overview": "ddp_slow_data", "timeline": "Timeline", "utilisation": "Utilisation", "communication": "Communication",
+         "memory": "Memory", "diagnoses": "Diagnoses", "efficiency": "Efficiency", "runs": "Runs", "compare": "Compare"}
+
+
+def test_every_page_path_opens_with_its_run(server, page):
+    # Streamlit serves its default page only at "/": /overview?run=… used to answer "Page not found"
+    for path, title in PAGES.items():
+        page.goto(f"{server}/{path}?run=ddp_slow_data")
+        page.locator("h1", has_text=title).first.wait_for()
+        assert not page.get_by_text("Page not found").count(), path
+        assert "run=ddp_slow_data" in page.url, path
+        assert not page.locator('[data-testid="stException"]').count(), path
+    page.goto(server + "/overview?run=ddp_fixed_data")
+    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
+    page.locator("h1", has_text="ddp_fixed_data").first.wait_for()  # the run of the link, not the first one
+    assert not page.get_by_text("Page not found").count()
+
+
+def test_efficiency_page_draws_mfu_and_kernel_classes(server, page):
+    page.goto(server + "/efficiency?run=gpu_memory_heavy")
+    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
+    page.get_by_text("GPU time per kernel class").first.wait_for()
+    page.get_by_text("fp32_matmul").first.wait_for()
+    assert page.locator('[data-testid="stMetric"]', has_text="MFU").count() >= 1
+    page.wait_for_timeout(500)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "efficiency_gpu_memory_heavy.png"), full_page=True)
+    assert not page.locator('[data-testid="stException"]').count()

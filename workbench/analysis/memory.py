@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.flops import gpu_launches, op_flops
+from workbench.analysis.steps import DATALOADER, step_windows
 from workbench.load.trace import Trace
 
 GIB = float(1 << 30)
@@ -101,3 +103,74 @@ def zero_model_states_bytes(n_params: int, dp: int, stage: int) -> int:
     else:
         raise ValueError(f"ZeRO stage must be 0..3, got {stage}")
     return int(round(b))
+
+
+# The autograd engine wraps every backward node in one of these (on CPU too, where backward runs
+# on the caller's thread); activation-checkpointing recomputes happen inside them as well.
+BACKWARD_NODE = "autograd::engine::evaluate_function"
+PARAM_COLUMNS = ["op", "weight_dims", "params"]
+
+
+def weight_shapes(trace: Trace, windows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The weights the first forward pass of the first profiled step multiplies by, from the GEMM
+    and convolution ops' ``Input Dims`` (capture records shapes).
+
+    One row per op: op, weight_dims (tuple), params (weight + bias elements). ``addmm(bias, x,
+    W.t())`` and ``mm(x, W.t())`` give W as their last matrix; ``convolution(x, W, bias, …)`` its
+    second and third inputs. ``bmm``/attention multiply activations, not weights, and are skipped.
+    Only ops before the step's first backward node count, so each weight shows once per step even
+    on CPU (backward on the same thread) and under gradient accumulation. Not seen: embeddings
+    looked up by index (a tied output head counts them once), norms' scales, and weights no GEMM
+    touches in the first micro-batch. Empty when the trace has no shapes or no step.
+    """
+    windows = step_windows(trace) if windows is None else windows
+    if windows.empty:
+        return pd.DataFrame(columns=PARAM_COLUMNS)
+    lo_col, hi_col = ("host_start_us", "host_end_us") if "host_start_us" in windows else ("start_us", "end_us")
+    first = windows.sort_values(lo_col).iloc[0]
+    lo, hi = float(first[lo_col]), float(first[hi_col])
+    ev = trace.events
+    if "op_args" not in ev:
+        return pd.DataFrame(columns=PARAM_COLUMNS)
+    names = ev["name"].astype(str)
+    bwd = ev[names.str.startswith(BACKWARD_NODE).to_numpy() & (ev["ts_us"] >= lo).to_numpy() & (ev["ts_us"] < hi).to_numpy()]
+    fwd_end = float(bwd["ts_us"].min()) if not bwd.empty else hi
+    ops = op_flops(trace, windows)
+    # op_flops keeps only the outermost counted op (a CPU conv's inner addmm is not a second weight)
+    ops = ops[(ops["ts_us"] >= lo) & (ops["ts_us"] < fwd_end) & ops["name"].isin(["aten::addmm", "aten::mm", "aten::convolution", "aten::_scaled_mm"])]
+    # a DataLoader's per-sample transform (num_workers=0) multiplies on the main thread too: its
+    # matrices are data, not weights (traces/ddp_slow_data: 32 such 128×128 mm per step)
+    dl = ev[names.str.match(DATALOADER.pattern).to_numpy()]
+    if not dl.empty and not ops.empty:
+        starts, ends = dl["ts_us"].to_numpy(), (dl["ts_us"] + dl["dur_us"]).to_numpy()
+        ts = ops["ts_us"].to_numpy()
+        i = np.searchsorted(starts, ts, side="right") - 1
+        inside = (i >= 0) & (ts < np.maximum.accumulate(ends)[np.clip(i, 0, None)])
+        ops = ops[~inside]
+    if ev["is_gpu"].any() and not ops.empty:
+        # on a GPU run a weight's GEMM launches a kernel; an op that launched none ran on the CPU
+        ops = ops.reset_index(drop=True)
+        ops = ops[ops.index.isin(gpu_launches(trace, ops)["op"])]
+    keep = ev["op_args"].notna().to_numpy()
+    args = dict(zip(zip(ev["ts_us"].to_numpy()[keep], np.asarray(ev["name"].array[keep], dtype=object)), ev["op_args"].to_numpy()[keep]))
+    rows = []
+    for ts, name in zip(ops["ts_us"], ops["name"]):
+        dims = args[(ts, name)].dims
+        if name == "aten::convolution":
+            w, b = dims[1], dims[2] if len(dims) > 2 else []
+        elif name == "aten::addmm":
+            w, b = dims[2], dims[0]
+        else:
+            w, b = dims[1], []
+        if len(w) < 2:
+            continue
+        rows.append({"op": name, "weight_dims": tuple(int(x) for x in w),
+                     "params": int(np.prod(w)) + (int(np.prod(b)) if b and len(b) == 1 else 0)})
+    return pd.DataFrame(rows, columns=PARAM_COLUMNS)
+
+
+def count_params(trace: Trace, windows: pd.DataFrame | None = None) -> int | None:
+    """Ψ, the parameters one rank's first forward pass multiplies by (:func:`weight_shapes`);
+    None when the trace has no shapes. A lower bound: see weight_shapes for what it misses."""
+    w = weight_shapes(trace, windows)
+    return int(w["params"].sum()) if not w.empty else None

@@ -99,10 +99,11 @@ def memory_page() -> None:
     st.caption("Model states per GPU from the ZeRO paper (mixed-precision Adam, Ψ parameters, N_d data-parallel ranks): "
                "stage 0: 16Ψ · stage 1: 4Ψ + 12Ψ/N_d · stage 2: 2Ψ + 14Ψ/N_d · stage 3: 16Ψ/N_d; plus the activations "
                "measured in this run (largest rise of allocated memory within a step). Temporaries and fragmentation not included.")
-    cfg = run.manifest.get("config") or {}
-    default_params = int(run.manifest.get("n_params") or cfg.get("n_params") or (cfg.get("model") or {}).get("n_params") or 1_000_000_000)
+    default_params, source = state.params_for(path)
     c1, c2, c3 = st.columns(3)
-    n_params = int(c1.number_input("Parameters (Ψ)", min_value=1, value=default_params, step=1_000_000, format="%d"))
+    n_params = int(c1.number_input("Parameters (Ψ)", min_value=1, value=default_params, step=1_000_000, format="%d",
+                                   key=f"psi_{path.name}"))  # keyed per run: another run's Ψ must not carry over
+    st.caption(f"Ψ default: {source}.")
     dps = c2.multiselect("Data-parallel sizes (N_d)", [1, 2, 4, 8, 16, 32, 64, 128], default=sorted({1, run.world_size, 8, 64}))
     act_gib = c3.number_input("Activations per GPU (GiB)", min_value=0.0, value=round(act / GIB, 3), step=0.5)
     if not dps:

@@ -6,8 +6,9 @@ analysis logic lives here.
 
 from workbench.ui.analysis_pages import communication_page, memory_page, utilisation_page
 from workbench.ui.compare_page import compare_page
+from workbench.ui.efficiency_page import efficiency_page
 from workbench.ui.overview import diagnoses_page, overview_page, timeline_page
 from workbench.ui.runs import runs_page
 
-__all__ = ["communication_page", "compare_page", "diagnoses_page", "memory_page", "overview_page", "runs_page",
+__all__ = ["communication_page", "compare_page", "diagnoses_page", "efficiency_page", "memory_page", "overview_page", "runs_page",
            "timeline_page", "utilisation_page"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from workbench.analysis.memory import count_params, weight_shapes
 from workbench.analysis.steps import step_windows
 from workbench.errors import WorkbenchError
 from workbench.figures import timeline_lanes
@@ -74,6 +75,32 @@ def _lanes(path: str, mtime: float, rank: int, lo: float | None, hi: float | Non
 def lanes_for(path: Path, rank: int, lo: float | None, hi: float | None, max_segments: int) -> pd.DataFrame:
     """figures.timeline_lanes of one rank (downsampled), cached per zoom window."""
     return _lanes(str(path), mtime(path), rank, lo, hi, max_segments)
+
+
+# Where no count is found at all; the user types the real one.
+FALLBACK_PARAMS = 1_000_000_000
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _params(path: str, mtime: float) -> tuple[int, str]:
+    run = _analysis(path, mtime).run
+    cfg = run.manifest.get("config") or {}
+    stated = run.manifest.get("n_params") or cfg.get("n_params") or (cfg.get("model") or {}).get("n_params")
+    if stated:
+        return int(stated), "the run's manifest (n_params)"
+    rank = min(run.traces)
+    trace = run.traces[rank]
+    n = count_params(trace, _windows(path, mtime, rank))
+    if n:
+        ops = len(weight_shapes(trace, _windows(path, mtime, rank)))
+        return n, (f"counted from rank {rank}'s trace: the weights of the {ops} GEMM/conv ops of its first forward pass "
+                   "(embeddings looked up by index and norm scales are not seen, so this can be low)")
+    return FALLBACK_PARAMS, "no parameter count in the manifest or the trace (recorded without shapes): 1e9, a placeholder"
+
+
+def params_for(path: Path) -> tuple[int, str]:
+    """(Ψ, where it comes from) of a run: the manifest's n_params, else counted from the trace."""
+    return _params(str(path), mtime(path))
 
 
 def runs() -> list[dict]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workbench.peaks import mfu_pct as mfu, peak_flops
+from workbench.peaks import device_peak, mfu_pct as mfu, peak_flops
 from workbench.verdict import Analysis
 
 
@@ -141,3 +141,32 @@ def activations_bytes(memory: pd.DataFrame, windows: pd.DataFrame) -> int:
             a = alloc[m]
             best = max(best, int(a.max() - a[0]))
     return best
+
+
+def top_kernels(kernels: pd.DataFrame, device_name: str | None, n: int = 20) -> pd.DataFrame:
+    """The kernels that took the most GPU time, by name, over all ranks.
+
+    ``kernels``: analysis.kernel_classes.kernel_table rows (of every rank). Columns: kernel,
+    class, subclass, dtype, calls, time_ms, time_pct (of all GPU event time), tflops_per_s,
+    pct_of_peak (compute classes: the FLOPs attributed to the kernel at its dtype's dense peak
+    (fp32 SIMT for gemm_simt) over its time; None where it counts no FLOPs or the device is unknown).
+    """
+    cols = ["kernel", "class", "subclass", "dtype", "calls", "time_ms", "time_pct", "tflops_per_s", "pct_of_peak"]
+    if kernels.empty:
+        return pd.DataFrame(columns=cols)
+    peak = device_peak(device_name)
+    g = kernels.groupby("name", sort=False)
+    t = pd.DataFrame({"class": g["class"].first(), "subclass": g["subclass"].first(), "dtype": g["dtype"].first(),
+                      "calls": g.size(), "time_ms": g["dur_us"].sum() / 1e3, "flops": g["flops"].sum()})
+    t = t.sort_values("time_ms", ascending=False).head(n).reset_index(names="kernel")
+    t["time_pct"] = 100.0 * t["time_ms"] / (kernels["dur_us"].sum() / 1e3)
+    secs = t["time_ms"] / 1e3
+    t["tflops_per_s"] = [f / s / 1e12 if f > 0 and s > 0 else None for f, s in zip(t["flops"], secs)]
+
+    def pct(row, s):
+        d = "fp32" if row["class"] == "gemm_simt" else row["dtype"]
+        p = peak.tflops.get(d) if peak and d else None
+        return 100.0 * row["flops"] / (p * 1e12) / s if p and row["flops"] > 0 and s > 0 else None
+
+    t["pct_of_peak"] = [pct(r, s) for r, s in zip(t.to_dict("records"), secs)]
+    return t[cols]

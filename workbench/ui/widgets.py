@@ -17,11 +17,13 @@ def verdict(analysis: Analysis) -> None:
     show(f"**Verdict:** {analysis.verdict}")
 
 
-def diagnosis_cards(analysis: Analysis, detailed: bool = False) -> None:
-    """Every diagnosis, largest estimated gain first: id, severity, title, fix, gain, where."""
-    diagnoses = summary.sorted_by_gain(analysis.diagnoses)
+def diagnosis_cards(analysis: Analysis, detailed: bool = False, only: set[str] | None = None,
+                    none_text: str = "No bottleneck found.") -> None:
+    """Every diagnosis (or those whose id is in ``only``), largest estimated gain first: id,
+    severity, title, fix, gain, where."""
+    diagnoses = summary.sorted_by_gain([d for d in analysis.diagnoses if only is None or d.id in only])
     if not diagnoses:
-        st.success("No bottleneck found.")
+        st.success(none_text)
         return
     for d in diagnoses:
         with st.container(border=True):
