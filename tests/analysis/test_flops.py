@@ -154,3 +154,14 @@ def test_cpu_ops_on_a_gpu_trace_are_not_model_flops():
     assert len(eff.ops) < len(all_ops) / 10
     assert eff.kernels.loc[eff.kernels["op"] >= 0, "op"].isin(eff.ops.index).all()
 
+
+
+def test_resnet50_flops_per_image_match_its_published_count():
+    """Issue 10 item 1: torchvision ResNet-50 at 224² is 4.1 G multiply-adds forward (8.2 GFLOP);
+    forward + backward ≈ 3 × 8.2 GFLOP per image. The committed pytorch/examples ImageNet run
+    (traces/corpus/imagenet_resnet50_gpu, batch 128, one H200) must land within ±10 %."""
+    from workbench.verdict import analyze_run
+
+    eff = analyze_run(ROOT / "traces" / "corpus" / "imagenet_resnet50_gpu").efficiency_json()
+    per_image = eff["flops_per_step"] / 128
+    assert per_image == pytest.approx(3 * 8.2e9, rel=0.10)
