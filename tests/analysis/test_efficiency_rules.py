@@ -156,3 +156,17 @@ def test_eff_fragmentation_near_capacity_warns():
 def test_eff_no_stale_kernels_on_padded_shapes(name):
     (path,) = eff(name)
     assert "stale_gemm_kernels" not in by_id(path)
+
+
+def test_attention_math_also_finds_hand_written_attention():
+    """q @ k.T, softmax, @ v written out (tests/scripts/gpu_efficiency.py --attention eager): the
+    softmax over the scores is what flash attention never runs. Its SDPA twin has none, and the
+    loss's log-softmax never counts."""
+    eager = DATA / "eff_gpt_attn_eager"
+    if not eager.exists():
+        pytest.skip("H200 fixtures not unpacked")
+    d = by_id(eager)["attention_math"]
+    assert d.severity in ("warning", "critical") and "eager" in d.title
+    assert d.evidence["eager_softmax_ms_per_step"] > 0
+    assert "attention_math" not in by_id(DATA / "eff_gpt_bf16")
+    assert "attention_math" not in by_id(TRACES / "corpus" / "word_lm_gpu")  # log_softmax loss only

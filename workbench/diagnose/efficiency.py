@@ -23,7 +23,9 @@ addcmul_, sqrt, div, add_, addcdiv_), the fused kernel ``ADAMW_FUSED_PASSES`` = 
 grad, m, v; write param, m, v). Saved = the step's GPU span of the optimizer (launch gaps
 included) − its kernel time × 7/21.
 
-``attention_math``: attention that ran unfused kernels (SDPA's math backend). Saved = math_ms −
+``attention_math``: attention that ran unfused kernels (SDPA's math backend), or hand-written
+attention (softmax kernels, not log-softmax, over materialised scores: saved ≥ their time, what
+flash attention never runs). SDPA math: saved = math_ms −
 its FLOPs at ``FLASH_FRACTION`` = 0.5 of the dtype's peak (FlashAttention-2, Dao 2023: 50–73 %
 of A100 peak forward; FlashAttention-3 reports up to 75 % on H100).
 
@@ -243,7 +245,7 @@ def attention_math(ctx: Context) -> Diagnosis | None:
         k = e.kernels
         m = k[(k["class"] == "attention") & (k["subclass"] == "math")]
         if m.empty:
-            return None
+            return _eager(k, steps, step_ms)
         ms = _per_step_ms(m, steps)
         dt = m["dtype"].replace("", "bf16").mode().iloc[0] if len(m) else "bf16"
         pk = (peak.tflops.get(dt) or peak.tflops["bf16"]) * 1e12 if peak else None
@@ -254,11 +256,29 @@ def attention_math(ctx: Context) -> Diagnosis | None:
 
     return _diagnosis(
         ctx, "attention_math", saved_of,
-        lambda ev, pct: (f"attention runs unfused (math): {ev['math_attention_pct_of_step']:.0f}% of the step; "
-                         f"flash attention would save ~{pct:.0f}%"),
+        lambda ev, pct: (f"attention runs unfused ({'eager softmax over the scores' if 'eager_softmax_ms_per_step' in ev else 'math'}): "
+                         f"{ev['math_attention_pct_of_step']:.0f}% of the step; flash attention would save ~{pct:.0f}%"),
         "use F.scaled_dot_product_attention with a flash/efficient backend: bf16/fp16 inputs, no explicit attn_mask "
         "(is_causal=True), no sdpa_kernel(SDPBackend.MATH)",
         f"saved = math_ms - attention_flops / ({FLASH_FRACTION} * peak)", [])
+
+
+# Softmax kernels (not log-softmax: that is the loss) over materialised scores: hand-written
+# attention (q @ k.T, softmax, @ v). softmax_warp_*<in, out, acc, log2_elements, is_log_softmax, …>
+# names the log flag; cunn_SoftMax* names LogSoftMax in its epilogue.
+SOFTMAX_KERNEL = re.compile(r"softmax_warp_(?:forward|backward)<[^,<>]+, [^,<>]+, [^,<>]+, \d+, false|cunn_SoftMax(?:Forward|Backward)(?!.*LogSoftMax)")
+
+
+def _eager(k: pd.DataFrame, steps: int, step_ms: float):
+    """Eager attention: its softmax over the score matrix (what flash attention never writes).
+    Saved ≥ the softmax kernels' time (flash also drops the masking and the scores' HBM traffic)."""
+    m = k[k["name"].astype(str).str.contains(SOFTMAX_KERNEL)]
+    if m.empty:
+        return None
+    ms = _per_step_ms(m, steps)
+    return {"eager_softmax_ms_per_step": round(ms, 3), "math_attention_pct_of_step": round(100 * ms / step_ms, 2),
+            "kernels": m.groupby("name")["dur_us"].sum().sort_values(ascending=False).head(2).index.astype(str).tolist(),
+            "source": "softmax kernels (not log-softmax) outside any SDPA op: scores materialised by eager attention"}, ms
 
 
 def layout_conversion(ctx: Context) -> Diagnosis | None:
