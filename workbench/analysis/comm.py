@@ -71,7 +71,7 @@ def normalise_op(name: str) -> str:
 @lru_cache(maxsize=4096)
 def _nelems_from_dims(dims: str | None) -> float:
     """Elements of the larger of the first two tensor arguments (output/input buffers)."""
-    if not dims:
+    if not isinstance(dims, str) or not dims:  # NaN where some ops of the trace carry no Input Dims
         return np.nan
     try:
         args = json.loads(dims.replace("'", '"'))

@@ -227,8 +227,16 @@ class Columns:
         return events, memory, comms
 
 
+def _first(v):
+    """The first element of a list argument (``Input type`` is one entry per input), else None:
+    a foreign or fuzzed trace may put anything there."""
+    return v[0] if isinstance(v, list) and v else None
+
+
 def _comm_row(e: _Event) -> tuple:
     a = _ARGS_DECODER.decode(e.args) if e.args else {}
+    if not isinstance(a, dict):
+        a = {}
     return (
         e.ts,
         e.dur,
@@ -236,7 +244,7 @@ def _comm_row(e: _Event) -> tuple:
         a.get("Collective name") or e.name.split("::")[-1].split(":")[-1].rstrip("_"),
         a.get("In msg nelems"),
         a.get("Out msg nelems"),
-        a.get("dtype") or (a.get("Input type") or [None])[0],
+        a.get("dtype") or _first(a.get("Input type")),
         a.get("Group size"),
         a.get("Process Group Name"),
         str(a.get("Input Dims")) if a.get("Input Dims") is not None else None,

@@ -1,0 +1,228 @@
+"""Hostile inputs and injected faults, and the table of their observed outcomes in RELIABILITY.md.
+
+Each hostile input is a function that builds a run directory from committed real traces (or from
+bytes written here); :func:`observe` runs ``python -m workbench analyze --json DIR`` on it as a
+user would and keeps the exit code, the first stderr line and, on success, what was analysed.
+``tests/test_reliability.py`` renders the table from those observations and checks that
+RELIABILITY.md says the same (``WORKBENCH_WRITE_RELIABILITY=1`` rewrites the file).
+
+Faults that need a real training job are covered by other tests; :data:`COVERED_ELSEWHERE` names
+each test node and the outcome it asserts, and the test checks that every named node still
+collects, so the table cannot outlive its tests.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import TRACES
+
+ROOT = Path(__file__).resolve().parents[1]
+RELIABILITY_MD = ROOT / "RELIABILITY.md"
+WRITE_ENV = "WORKBENCH_WRITE_RELIABILITY"
+REAL_RUN = "engine_ddp"  # a committed 2-rank gloo run: 4.6 MB of Kineto JSON per rank, 12k events
+
+
+@dataclass(frozen=True)
+class Outcome:
+    how: str  # "CLI" (a subprocess) or "in-process" (where the CLI cannot set the condition)
+    exit_code: int | str
+    message: str  # the first stderr line, tmp paths replaced by DIR
+    kept: str  # what was analysed (exit 0), or what the error left behind
+
+    def cells(self) -> list[str]:
+        return [self.how, str(self.exit_code), f"`{self.message}`" if self.message else "", self.kept]
+
+
+def real_text(rank: int = 0, run: str = REAL_RUN) -> bytes:
+    return gzip.decompress((TRACES / run / f"rank{rank}.pt.trace.json.gz").read_bytes())
+
+
+def _copy(d: Path, run: str, rank: int, name: str | None = None) -> None:
+    shutil.copy(TRACES / run / f"rank{rank}.pt.trace.json.gz", d / (name or f"rank{rank}.pt.trace.json.gz"))
+
+
+def _edited_events(d: Path, edit) -> None:
+    """Rank 0 of the real run with ``edit(events)`` applied, written as Python's json does
+    (NaN becomes the bare token ``NaN``, which strict JSON parsers refuse)."""
+    doc = json.loads(real_text())
+    edit(doc["traceEvents"])
+    (d / "rank0.pt.trace.json").write_text(json.dumps(doc))
+
+
+def _ops(events):
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+
+
+def _nan_dur(events):
+    for e in _ops(events)[::10]:
+        e["dur"] = math.nan
+
+
+def _negative_dur(events):
+    for e in _ops(events)[::10]:
+        e["dur"] = -abs(e["dur"]) - 1
+
+
+def _overlapping(events):
+    # every op also appears again, shifted by half its duration: same-thread ranges overlap
+    events += [dict(e, ts=e["ts"] + e["dur"] / 2) for e in _ops(events)]
+
+
+def _manifest(d: Path, text: str) -> None:
+    for f in (TRACES / REAL_RUN).iterdir():
+        shutil.copy(f, d / f.name)
+    (d / "manifest.json").write_text(text)
+
+
+def _newer_schema(d: Path) -> None:
+    m = json.loads((TRACES / REAL_RUN / "manifest.json").read_text())
+    _manifest(d, json.dumps(dict(m, schema_version=999)))
+
+
+def _non_pytorch(d: Path) -> None:
+    # a browser/TensorFlow-style Chrome trace: valid, complete events, no PyTorch names or steps
+    events = [{"ph": "X", "name": f"task_{i % 7}", "cat": "app", "pid": 1, "tid": 1 + i % 2,
+               "ts": i * 100.0, "dur": 80.0} for i in range(200)]
+    (d / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+
+
+def _sparse(d: Path) -> None:
+    with open(d / "rank0.pt.trace.json", "wb") as f:
+        f.truncate(9 << 30)  # sparse: 9 GiB of size, no disk blocks
+
+
+def _corrupt_gzip(d: Path) -> None:
+    data = bytearray((TRACES / REAL_RUN / "rank0.pt.trace.json.gz").read_bytes())
+    for i in range(1000, len(data) - 1000, 997):  # deterministic flips through the deflate stream
+        data[i] ^= 0xFF
+    (d / "rank0.pt.trace.json.gz").write_bytes(bytes(data))
+
+
+def _truncated_gzip(d: Path) -> None:
+    data = (TRACES / REAL_RUN / "rank0.pt.trace.json.gz").read_bytes()
+    (d / "rank0.pt.trace.json.gz").write_bytes(data[: len(data) // 2])
+
+
+def _w(name: str, data: bytes):
+    return lambda d: (d / name).write_bytes(data)
+
+
+# name → (what it is, builder of the run directory)
+HOSTILE: dict[str, tuple[str, object]] = {
+    "baseline": ("the committed run, unmodified (for comparison)", lambda d: [_copy(d, REAL_RUN, r) for r in (0, 1)]),
+    "empty_dir": ("a directory with nothing in it", lambda d: None),
+    "empty_file": ("an empty `rank0.pt.trace.json`", _w("rank0.pt.trace.json", b"")),
+    "truncated_gzip": ("a real trace's gzip cut in half", _truncated_gzip),
+    "corrupt_gzip": ("a real trace's gzip with bytes flipped every 997", _corrupt_gzip),
+    "invalid_json": ("a trace cut inside its JSON (`{\"traceEvents\": [{\"ph\": \"X\",`)",
+                     _w("rank0.pt.trace.json", b'{"traceEvents": [{"ph": "X",')),
+    "not_a_trace_object": ("JSON that is not a trace: `{\"a\": 1}`", _w("rank0.pt.trace.json", b'{"a": 1}')),
+    "list_of_numbers": ("JSON that is not a trace: `[1, 2, 3]`", _w("rank0.pt.trace.json", b"[1, 2, 3]")),
+    "non_pytorch_chrome_trace": ("a valid Chrome trace without PyTorch events (200 `X` events)", _non_pytorch),
+    "sparse_9gib_file": ("a 9 GiB sparse `rank0.pt.trace.json` (`truncate -s 9G`)", _sparse),
+    "duplicate_ranks": ("the same rank-0 trace twice under two names",
+                        lambda d: [_copy(d, REAL_RUN, 0, f"{p}_rank0.pt.trace.json.gz") for p in "ab"]),
+    "mixed_jobs": ("rank 0 of `engine_ddp` with rank 1 of `ddp_slow_data`",
+                   lambda d: (_copy(d, REAL_RUN, 0), _copy(d, "ddp_slow_data", 1))),
+    "nan_durations": ("rank 0 with every 10th op's `dur` = `NaN`", lambda d: _edited_events(d, _nan_dur)),
+    "negative_durations": ("rank 0 with every 10th op's `dur` negative", lambda d: _edited_events(d, _negative_dur)),
+    "overlapping_durations": ("rank 0 with every op duplicated, shifted by half its duration",
+                              lambda d: _edited_events(d, _overlapping)),
+    "newer_schema_version": ("the run with `schema_version: 999` in its manifest", _newer_schema),
+    "manifest_not_json": ("the run with `manifest.json` = `{oops`", lambda d: _manifest(d, "{oops")),
+}
+
+
+def _kept(stdout: str) -> str:
+    j = json.loads(stdout)
+    run, summary = j["run"], j["summary"]
+    ranks = [r["rank"] for r in summary["per_rank"]]
+    parts = [f"ranks {ranks}, {summary['steps']} steps, {len(j['diagnoses'])} diagnoses"]
+    parts += [f"warning: {w.split(':')[0]}" for w in run["warnings"]]
+    return "; ".join(parts)
+
+
+def observe(name: str, d: Path) -> Outcome:
+    """Build the hostile input ``name`` in the empty directory ``d`` and analyse it with the CLI."""
+    HOSTILE[name][1](d)
+    r = subprocess.run([sys.executable, "-m", "workbench", "analyze", "--json", str(d)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    message = lines[0].replace(str(d), "DIR") if lines else ""
+    kept = _kept(r.stdout) if r.returncode == 0 else ("traceback" if "Traceback" in r.stderr else "nothing (refused)")
+    return Outcome("CLI", r.returncode, message, kept)
+
+
+# Faults that need a real job, each covered by a test elsewhere: (fault, test node, asserted outcome).
+COVERED_ELSEWHERE: list[tuple[str, str, str]] = [
+    ("script raises after the profiled cycle", "tests/test_profile.py::test_crash_keeps_completed_cycle_and_records_failure",
+     "exit 1 (the script's); manifest `status: failed` with the error; the completed cycle's trace and steps kept; analyze exits 0"),
+    ("script raises inside the profiled window", "tests/test_profile.py::test_crash_inside_the_profiled_window_keeps_the_partial_trace",
+     "the partial trace of the window is kept and loads"),
+    ("SIGTERM / SIGHUP to `workbench profile`", "tests/test_signals.py::test_signal_ends_the_run_cleanly_and_keeps_the_capture",
+     "exit 128+signal; `status: interrupted`; trace and steps kept; no stray processes; SIGTERM still prints the verdict"),
+    ("SIGINT twice, and again during the verdict", "tests/test_signals.py::test_sigint_twice_and_again_during_the_verdict",
+     "exit 130, no traceback; the run is kept"),
+    ("SIGTERM through torchrun to every rank", "tests/test_signals.py::test_sigterm_reaches_every_rank_through_torchrun",
+     "every rank saves its trace"),
+    ("one rank SIGKILLed mid-run", "tests/test_signals.py::test_a_rank_killed_mid_run_stops_the_job_and_is_named",
+     "exit ≠ 0; `status: failed`, `ranks_died: [1]`, error `rank 1 died without reporting`; rank 0's trace kept; job ends < 25 s"),
+    ("upload over the size limit; zip bomb upload", "tests/test_uploads.py::test_oversize_upload_and_zip_bomb",
+     "`UploadError` (`limit`, `unpacks to more than`); nothing written"),
+    ("zip upload whose header lies about sizes", "tests/test_uploads.py::test_zip_with_lying_header_is_stopped_while_reading",
+     "stopped while reading; nothing written"),
+    ("NVML query raising mid-run", "tests/test_reliability.py::test_nvml_failing_mid_run_keeps_earlier_rows",
+     "the sampler thread keeps running, rows read before the failure are kept, failing reads write no row, `stop()` is clean"),
+]
+
+
+INTRO = """# Reliability
+
+What `workbench` does with hostile inputs and injected faults, as observed by the tests. This file
+is checked by `tests/test_reliability.py` (part of `make test`): the hostile-input table is
+rebuilt from what the test observes and must equal this file. Regenerate it with
+
+    WORKBENCH_WRITE_RELIABILITY=1 python3 -m pytest tests/test_reliability.py -m slow -q
+
+Beyond these rows, `tests/test_reliability.py` fuzzes the loader with hypothesis (random event
+streams with missing/NaN/negative/huge/mistyped fields, duplicate and overlapping events; random
+truncations and byte flips of a real trace, plain and gzipped): `read_trace` returns a trace or
+raises the one-line `TraceError`, and `analyze_run` on whatever loads returns or raises a one-line
+`WorkbenchError` — never anything else.
+"""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(r) + " |" for r in esc])
+
+
+def render(observed: dict[str, Outcome], extra: list[tuple[str, str, Outcome]], not_tested: list[tuple[str, str]],
+           known: list[tuple[str, str]]) -> str:
+    """RELIABILITY.md from the observed outcomes (``extra``: rows observed without the CLI)."""
+    rows = [[f"`{n}`", HOSTILE[n][0], *observed[n].cells()] for n in HOSTILE]
+    rows += [[f"`{n}`", what, *o.cells()] for n, what, o in extra]
+    covered = [[fault, f"`{node}`", outcome] for fault, node, outcome in COVERED_ELSEWHERE]
+    return "\n".join([
+        INTRO,
+        "## Hostile inputs (`workbench analyze --json DIR`)\n",
+        "Exit 2 is a one-line error (the message is the first stderr line; DIR is the input's path).\n",
+        _table(["case", "input", "how", "exit", "message", "kept"], rows),
+        "\n## Faults injected by other tests\n",
+        _table(["fault", "test", "outcome the test asserts"], covered),
+        "\n## Found by the fuzzing, fixed (each test is the regression test)\n",
+        _table(["test", "failure"], [[f"`{n}`", why] for n, why in known]),
+        "\n## Not tested\n",
+        _table(["fault", "why"], [list(r) for r in not_tested]),
+        "",
+    ])
