@@ -326,3 +326,17 @@ def test_every_test_named_in_reliability_md_still_exists():
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     collected = {line.split("[")[0] for line in r.stdout.splitlines() if "::" in line}
     assert set(nodes) <= collected, set(nodes) - collected
+
+
+def test_mistyped_args_of_a_shape_op_lose_their_details_not_the_trace(tmp_path):
+    """Found by test_random_event_streams_load_or_fail_in_one_line in CI: an ``aten::mm`` whose
+    ``Input type`` is a number made the typed args decoder raise msgspec.ValidationError."""
+    events = [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 10, "dur": 5, "pid": 1, "tid": 1,
+               "args": {"Input type": 0.0, "Input Dims": "x"}},
+              {"ph": "X", "name": "kernel", "cat": "kernel", "ts": 11, "dur": 2, "pid": 0, "tid": 7,
+               "args": {"stream": "seven", "correlation": []}},
+              {"ph": "X", "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100, "pid": 1, "tid": 1}]
+    (tmp_path / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    t = read_trace(tmp_path / "rank0.pt.trace.json")
+    assert len(t.events) == 3
+    _strict_analyze(tmp_path)

@@ -94,6 +94,16 @@ COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelem
 MEMORY_COLUMNS = ["ts_us", "allocated_bytes", "reserved_bytes", "device_type"]
 
 
+def _args(decoder, raw, default=None):
+    """One event's ``args`` through a typed decoder; ``default`` when they do not fit the type.
+    A foreign or damaged trace may put anything in ``args`` (fuzzing found ``"Input type": 0.0``):
+    one odd event loses its details, the trace still loads."""
+    try:
+        return decoder.decode(raw)
+    except msgspec.DecodeError:  # ValidationError is a DecodeError
+        return default
+
+
 def _codes(values, table: dict[str, int]) -> list[int]:
     # setdefault evaluates len(table) before inserting, so a new value gets the next code
     return [table.setdefault(v, len(table)) for v in values]
@@ -141,10 +151,11 @@ class Columns:
             if ph == "X":
                 complete.append(e)
             elif ph == "i" and e.name == "[memory]":
-                a = _MEM_DECODER.decode(e.args) if e.args else _MemArgs()
+                a = _args(_MEM_DECODER, e.args, _MemArgs()) if e.args else _MemArgs()
                 self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
             elif ph == "M" and e.name == "thread_name" and e.args:
-                self.threads[str(e.tid)] = str(_ARGS_DECODER.decode(e.args).get("name", ""))
+                name = _args(_ARGS_DECODER, e.args, {})
+                self.threads[str(e.tid)] = str(name.get("name", "") if isinstance(name, dict) else "")
         if not complete:
             return
         base = len(self.ts)
@@ -156,7 +167,7 @@ class Columns:
         self.dur.extend([e.dur for e in complete])
         for i, e in enumerate(complete):
             if e.cat in GPU_CATS and e.args:
-                g = _GPU_DECODER.decode(e.args)
+                g = _args(_GPU_DECODER, e.args, _GpuArgs())
                 self.gpu_row.append(base + i)
                 self.gpu_stream.append(g.stream)
                 self.gpu_bytes.append(g.bytes)
@@ -164,7 +175,7 @@ class Columns:
                     self.corr_row.append(base + i)
                     self.corr_val.append(g.correlation)
             elif e.cat in LAUNCH_CATS and e.args:
-                c = _CORR_DECODER.decode(e.args).correlation
+                c = _args(_CORR_DECODER, e.args, _CorrArgs()).correlation
                 if c >= 0:
                     self.corr_row.append(base + i)
                     self.corr_val.append(c)
@@ -180,8 +191,10 @@ class Columns:
         for i in np.flatnonzero(np.array(shape, dtype=bool)[codes]):
             e = complete[i]
             if e.cat == "cpu_op" and e.args:
-                self.shape_row.append(base + i)
-                self.shape_args.append(_SHAPE_DECODER.decode(e.args))
+                shape_args = _args(_SHAPE_DECODER, e.args)
+                if shape_args is not None:
+                    self.shape_row.append(base + i)
+                    self.shape_args.append(shape_args)
 
     def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(events, memory, comms) as documented in :mod:`workbench.load.trace`."""
@@ -234,7 +247,7 @@ def _first(v):
 
 
 def _comm_row(e: _Event) -> tuple:
-    a = _ARGS_DECODER.decode(e.args) if e.args else {}
+    a = _args(_ARGS_DECODER, e.args, {}) if e.args else {}
     if not isinstance(a, dict):
         a = {}
     return (
