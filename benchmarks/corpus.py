@@ -40,7 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "corpus"
-MIRRORS = Path("/work/.mirror")
+# where the search tool's `fetch` puts bare mirrors of public repos (override: WORKBENCH_MIRRORS)
+MIRRORS = Path(os.environ.get("WORKBENCH_MIRRORS", REPO.parent / ".mirror"))
 
 # Commits the corpus/ copies were taken from (the newest stored snapshot on 2026-12-02).
 SOURCES = {

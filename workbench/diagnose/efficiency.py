@@ -13,7 +13,7 @@ same share of a faster peak). Fix: bf16 autocast, or ``torch.set_float32_matmul_
 
 ``unfused_elementwise``: memory-bound kernels (elementwise, casts, norms, reductions, plain
 copies). Saved = their time × ``FUSION_SAVING`` = 0.45: torch.compile took the 370M GPT from 100
-to 84 ms/step (/work/shared/NOTES.md, H200) while these classes held ~36 % of its kernel time
+to 84 ms/step (the team NOTES.md beside the repo, H200) while these classes held ~36 % of its kernel time
 (traces/case_gpu_2_preload_shm): 16 / 36 ≈ 0.45 of that time recovered.
 
 ``unfused_optimizer``: GPU work launched inside ``Optimizer.step`` that is not one fused kernel.
