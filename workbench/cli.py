@@ -26,6 +26,12 @@ EXAMPLES = {
     "analyze": """examples:
   workbench analyze traces/slow_data_ddp-20261202-103000
   workbench analyze ./log/resnet --json          # a tensorboard_trace_handler directory
+  workbench analyze runs/llm-256 --workers 16    # reduce 16 ranks' traces at a time
+  workbench analyze runs/llm-256 --executor dask://scheduler:8786   # on a Dask cluster
+
+Each rank's trace is reduced to the frames the rules read in a worker process; the results are
+cached in RUN/.workbench-cache (or ~/.cache/workbench when RUN is read-only), so opening the run
+again reads the cache (any change of a trace file recomputes; --no-cache bypasses it).
 """,
 }
 
@@ -129,9 +135,22 @@ def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
         con.print(f"  unclassified kernels ({len(eff['other_kernels'])}): {names}")
 
 
+def _positive(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}")
+    return n
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from functools import partial
+
     from workbench.verdict import analyze_run
 
+    analyze_run = partial(analyze_run, workers=args.workers, cache=not args.no_cache, executor=args.executor)
     if args.json:
         analysis = analyze_run(args.path)
         json.dump(analysis.to_json(), sys.stdout, indent=2, default=str)
@@ -141,10 +160,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     con = _console()
     with Progress(console=con, transient=True) as bar:
-        task = bar.add_task("reading traces", total=None)
+        task = bar.add_task("reducing traces", total=None)
 
         def progress(done, total, f):
-            bar.update(task, total=total, completed=done, description=f"read {Path(f).name}")
+            bar.update(task, total=total, completed=done, description=f"reduced {Path(f).name}")
 
         analysis = analyze_run(args.path, progress=progress)
     _print_analysis(analysis, con)
@@ -186,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=EXAMPLES["analyze"], formatter_class=fmt)
     an.add_argument("path", type=Path, help="run directory, trace directory or one trace file")
     an.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.analyze/1)")
+    an.add_argument("--workers", type=_positive, default=None, metavar="N",
+                    help="worker processes that reduce the ranks' traces (default: this machine's cores)")
+    an.add_argument("--no-cache", action="store_true", help="neither read nor write the run's analysis cache")
+    an.add_argument("--executor", default=None, metavar="URL",
+                    help="local (default) or dask://HOST:PORT: reduce the traces on that Dask cluster (its workers "
+                         "must see the run at the same path; pip install 'workbench[cluster]')")
     an.set_defaults(func=cmd_analyze)
 
     # Commands owned by other modules register themselves here (each imports torch lazily).

@@ -43,17 +43,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+DRAWN_RANKS = 4  # ranks whose events (timeline, memory samples) the report draws
+
+
 def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     import pandas as pd  # heavy imports stay out of the CLI's start-up (the parser is built on GPU boxes)
 
     """(section, figure) pairs: the Overview, Timeline, Utilisation, Communication and Memory views."""
     from workbench import figures as F
-    from workbench.analysis.steps import step_windows
 
     run = analysis.run
+    ctx = analysis.context
     out = [("Overview", F.step_breakdown_bar(analysis.per_rank)), ("Overview", F.step_time_lines(analysis.breakdown))]
-    windows = {r: step_windows(t) for r, t in run.traces.items()}
-    lanes = pd.concat([F.timeline_lanes(t, windows[r], r) for r, t in sorted(run.traces.items())[:4]], ignore_index=True)
+    windows = ctx.windows
+    # events are drawn for the first few ranks only, each read from its trace (the analysis holds summaries)
+    drawn = {r: run.trace(r) for r in sorted(windows)[:DRAWN_RANKS]}
+    lanes = pd.concat([F.timeline_lanes(t, windows[r], r) for r, t in drawn.items()], ignore_index=True)
     t0 = min(float(w["start_us"].min()) for w in windows.values())
     out.append(("Timeline", F.timeline(lanes, t0)))
     nvml = {r: d.nvml for r, d in run.ranks.items() if d.nvml is not None and not d.nvml.empty}
@@ -64,8 +69,8 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     except ImportError:
         collective_inventory = comm_overlap = None
     if collective_inventory is not None:
-        inv = pd.concat([collective_inventory(t, windows[r]).assign(rank=r) for r, t in run.traces.items()], ignore_index=True)
-        ov = pd.concat([comm_overlap(t, windows[r]).assign(rank=r) for r, t in run.traces.items()], ignore_index=True)
+        inv = pd.concat([ctx.frame("inventory", r, collective_inventory).assign(rank=r) for r in sorted(windows)], ignore_index=True)
+        ov = pd.concat([ctx.frame("comm_overlap", r, comm_overlap).assign(rank=r) for r in sorted(windows)], ignore_index=True)
         if not inv.empty:
             out.append(("Communication", F.collective_bytes_bar(inv)))
             out.append(("Communication", F.comm_overlap_bar(ov)))
@@ -75,7 +80,7 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
         memory_timeline = None
     if memory_timeline is not None:
         frames = []
-        for r, t in sorted(run.traces.items()):
+        for r, t in drawn.items():
             m = memory_timeline(t)
             if not m.empty:
                 dev = 1 if (m["device_type"] == 1).any() else int(m["device_type"].iloc[0])

@@ -68,11 +68,11 @@ from workbench.analysis.kernel_classes import Efficiency, class_breakdown, effic
 from workbench.analysis.kernels import device_busy
 from workbench.analysis.memory import GIB, memory_summary
 from workbench.analysis.skew import rank_skew
-from workbench.analysis.steps import CATEGORIES, rank_summary, run_breakdown, step_windows
+from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
 from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
 from workbench.diagnose import Context, Diagnosis, diagnose
 from workbench.errors import WorkbenchError
-from workbench.load import Run, load_run
+from workbench.load import Run
 
 JSON_SCHEMA = "workbench.analyze/1"
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
@@ -238,21 +238,63 @@ class Analysis:
                 {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
                 for row in self.collectives().to_dict("records")
             ],
-            "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.traces.items()},
+            "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
             "efficiency": self.efficiency_json(),
         }
 
 
-def analyze_run(path: Path | str | Run, progress=None) -> Analysis:
-    run = path if isinstance(path, Run) else load_run(path, progress=progress)
-    traces = run.traces
-    if not traces:
+def analyze_run(path: Path | str | Run, progress=None, workers: int | None = None, cache: bool = True,
+                executor: str | None = None) -> Analysis:
+    """Load (as per-rank summaries, :mod:`workbench.reduce`), analyse and diagnose a run.
+
+    ``path``: a run directory, a bare trace directory or one trace file, or a :class:`Run` already
+    loaded with its traces (reduced here, in this process). ``workers``, ``cache``, ``executor``:
+    see :func:`workbench.reduce.load_reduced`.
+    """
+    from workbench import reduce
+
+    if isinstance(path, Run):
+        run = path
+        params = reduce.Params(device_name=run.manifest.get("device_name"),
+                               capacity_bytes=int(run.manifest["device_memory_bytes"]) if run.manifest.get("device_memory_bytes") else None)
+        for r, d in run.ranks.items():
+            if d.trace is not None and d.summary is None:
+                d.summary = reduce.summarize(d.trace, d.trace.path, params, rank=r)
+    else:
+        run = reduce.load_reduced(path, workers=workers, cache=cache, executor=executor, progress=progress)
+    summaries = run.summaries
+    if not summaries:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
-    breakdown = run_breakdown(traces)
+    parts = [s.breakdown for _, s in sorted(summaries.items()) if len(s.breakdown)]
+    breakdown = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     per_rank = rank_summary(breakdown)
     config = run.manifest.get("config")
-    ctx = Context(breakdown=breakdown, run_config=config, traces=traces,
-                  windows={r: step_windows(t) for r, t in traces.items()},
+    ctx = Context(breakdown=breakdown, run_config=config, traces=summaries,
+                  windows={r: s.windows for r, s in summaries.items()},
                   steps={r: d.steps for r, d in run.ranks.items()},
-                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size)
+                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size,
+                  cache={(k, r): v for r, s in summaries.items() for k, v in s.frames.items()})
     return Analysis(run=run, breakdown=breakdown, per_rank=per_rank, diagnoses=diagnose(breakdown, config, ctx), context=ctx)
+
+
+def warm(trace, rank: int, windows: pd.DataFrame, breakdown: pd.DataFrame, device_name: str | None,
+         capacity_bytes: int | None) -> dict[str, Any]:
+    """Every per-rank frame the run-level analysis reads, computed from one rank's ``trace``:
+    the rules, the JSON's metrics, collectives and efficiency run on this rank alone and each
+    frame they ask :meth:`Context.frame` for is kept (workbench.reduce calls it per rank).
+    Frames a rule reads only under conditions a single rank cannot show (straggler_rank with
+    two ranks) are named in ``diagnose.RANK_FRAMES``."""
+    from workbench.diagnose import RANK_FRAMES
+    from workbench.load.run import RankData
+
+    ctx = Context(breakdown=breakdown, traces={rank: trace}, windows={rank: windows}, capacity_bytes=capacity_bytes)
+    run = Run(path=Path(trace.path).parent, manifest={"device_name": device_name, "device_memory_bytes": capacity_bytes},
+              ranks={rank: RankData(rank=rank, trace=trace)})
+    a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), context=ctx)
+    diagnose(breakdown, None, ctx)
+    a.metrics()
+    a.collectives()
+    a.efficiency_frames()
+    for fn in RANK_FRAMES:
+        fn(ctx, rank)
+    return {k: v for (k, _), v in ctx.cache.items()}

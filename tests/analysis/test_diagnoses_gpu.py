@@ -33,7 +33,7 @@ def test_oom_risk_on_memory_heavy_run_reports_headroom():
     d = {x.id: x for x in a.diagnoses}["oom_risk"]
     assert d.severity in ("warning", "critical")
     cap = a.run.device_memory_bytes
-    peak = int(a.run.traces[0].memory["reserved_bytes"].max())
+    peak = int(a.run.trace(0).memory["reserved_bytes"].max())
     assert d.evidence["peak_reserved_pct"] == pytest.approx(100 * peak / cap, abs=0.01)
     assert peak / cap >= 0.85
     assert d.evidence["headroom_gib"] == pytest.approx((cap - peak) / GIB, abs=0.01)
@@ -75,7 +75,7 @@ def test_memory_fragmentation():
     a = analyze_run(DATA / "gpu_fragment")
     d = {x.id: x for x in a.diagnoses}["memory_fragmentation"]
     assert d.severity == "info"  # 5 % of the H200 reserved: nothing at risk (issue 10, item 4)
-    m = a.run.traces[0].memory
+    m = a.run.trace(0).memory
     m = m[m["device_type"] == 1]
     stranded = m["reserved_bytes"].max() - m["allocated_bytes"].max()
     assert d.evidence["stranded_gib"] == pytest.approx(stranded / GIB, abs=1e-3)

@@ -238,7 +238,7 @@ def class_breakdown(kernels: pd.DataFrame, device_name: str | None) -> pd.DataFr
         elif bound == "memory" and nbytes > 0 and peak:
             traffic = nbytes * (2 if s == "memcpy_dtod" else 1)
             pct = 100.0 * traffic / secs / (peak.hbm_tb_s * 1e12)
-        rows.append({"class": c, "subclass": s, "kernels": len(g), "time_ms": secs * 1e3,
+        rows.append({"class": c, "subclass": s, "kernels": calls(g), "time_ms": secs * 1e3,
                      "time_pct": 100.0 * secs / total if total > 0 else 0.0, "flops": flops,
                      "tflops_per_s": flops / secs / 1e12 if flops > 0 and secs > 0 else None, "bytes": nbytes,
                      "gb_per_s": nbytes / secs / 1e9 if nbytes > 0 and secs > 0 else None, "bound": bound,
@@ -246,11 +246,18 @@ def class_breakdown(kernels: pd.DataFrame, device_name: str | None) -> pd.DataFr
     return pd.DataFrame(rows, columns=CLASS_COLUMNS).sort_values("time_ms", ascending=False, ignore_index=True)
 
 
+def calls(kernels: pd.DataFrame) -> int:
+    """How many kernels the rows stand for: one each, or their ``calls`` in a :func:`compact` table."""
+    return int(kernels["calls"].sum()) if "calls" in kernels else len(kernels)
+
+
 def unclassified(kernels: pd.DataFrame) -> pd.DataFrame:
     """Kernels in ``other``: name, calls, time_ms; largest first."""
     o = kernels[kernels["class"] == "other"]
-    g = o.groupby("name")["dur_us"]
-    return pd.DataFrame({"calls": g.size(), "time_ms": g.sum() / 1e3}).reset_index().sort_values("time_ms", ascending=False, ignore_index=True)
+    o = o.assign(calls=o["calls"] if "calls" in o else 1)
+    g = o.groupby("name", observed=True)
+    return pd.DataFrame({"calls": g["calls"].sum(), "time_ms": g["dur_us"].sum() / 1e3}).reset_index().sort_values(
+        "time_ms", ascending=False, ignore_index=True)
 
 
 @dataclass(slots=True)
@@ -279,3 +286,24 @@ def efficiency(trace: Trace, device_name: str | None, windows: pd.DataFrame | No
     peaks = {d: v * 1e12 for d, v in peak.tflops.items()} if peak else None
     return Efficiency(ops=ops, kernels=kernels, per_step=step_flops(ops, windows, peaks),
                       classes=class_breakdown(kernels, device_name))
+
+
+COMPACT_KEYS = ["class", "subclass", "dtype", "name"]
+
+
+def compact(e: Efficiency) -> Efficiency:
+    """``e`` with one kernel row per (class, subclass, dtype, name) (summed ``dur_us``, ``flops``,
+    ``bytes`` and their ``calls``) and one op row per dtype (summed ``flops``): what the run-level
+    reads (class_breakdown, unclassified, top kernels, where_time_goes, FLOPs by dtype) need, in
+    hundreds of rows instead of one per kernel. Per-kernel questions (times, launching ops) are
+    answered next to the trace before compaction (see workbench.reduce)."""
+    k = e.kernels
+    if not k.empty:
+        k = (k.assign(calls=1, name=k["name"].astype(str))
+             .groupby(COMPACT_KEYS, sort=False, observed=True, dropna=False)
+             .agg(dur_us=("dur_us", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"), calls=("calls", "sum"))
+             .reset_index())
+    ops = e.ops
+    if not ops.empty and "dtype" in ops:
+        ops = ops.groupby("dtype", sort=False, observed=True)["flops"].sum().reset_index()
+    return Efficiency(ops=ops, kernels=k, per_step=e.per_step, classes=e.classes)

@@ -12,15 +12,21 @@ from workbench.diagnose.efficiency import RULES as EFFICIENCY_RULES
 from workbench.diagnose.exposed_comm import exposed_communication
 from workbench.diagnose.gpu import host_sync, low_gpu_utilization, pageable_memcpy
 from workbench.diagnose.instability import training_instability
-from workbench.diagnose.memory import memory_fragmentation, oom_risk
+from workbench.diagnose.memory import _summaries as memory_summaries, graph_launches, memory_fragmentation, oom_risk
 from workbench.diagnose.pipeline import pipeline_bubble
-from workbench.diagnose.redundant_allgather import redundant_allgather
-from workbench.diagnose.straggler import straggler_rank
+from workbench.diagnose.redundant_allgather import fsdp_annotated, redundant_allgather
+from workbench.diagnose.straggler import has_collectives, pipeline_stage, straggler_rank
 
-__all__ = ["Context", "Diagnosis", "RULES", "SEVERITIES", "diagnose"]
+__all__ = ["Context", "Diagnosis", "RANK_FRAMES", "RULES", "SEVERITIES", "diagnose"]
 
 RULES = (redundant_allgather, exposed_communication, oom_risk, memory_fragmentation, low_gpu_utilization,
          host_sync, pageable_memcpy, straggler_rank, pipeline_bubble, training_instability, *EFFICIENCY_RULES)
+
+# Per-rank frames some rule reads only when the run shows a condition one rank alone cannot
+# (straggler_rank needs two ranks; memory_fragmentation reads graph launches of its worst rank):
+# workbench.verdict.warm computes them for every rank. fn(ctx, rank).
+RANK_FRAMES = (lambda ctx, r: ctx.rank_has_gpu(r), has_collectives, pipeline_stage, fsdp_annotated, graph_launches,
+               lambda ctx, r: memory_summaries(ctx))
 
 
 def diagnose(breakdown, run_config: dict | None = None, context: Context | None = None) -> list[Diagnosis]:

@@ -72,17 +72,34 @@ class Context:
     capacity_bytes: int | None = None
     world_size: int = 1
     cache: dict = field(default_factory=dict)
+    missed: list = field(default_factory=list)
+    """(key, rank) of frames computed from a re-read trace (see :meth:`frame`)."""
 
     def frame(self, key: str, rank: int, fn: Callable):
-        """``fn(trace, windows)`` for ``rank``, computed once."""
+        """``fn(trace, windows)`` for ``rank``, computed once.
+
+        In a run analysed from per-rank summaries (:mod:`workbench.reduce`) the frames were
+        computed next to each trace and ``cache`` holds them; ``traces`` then holds
+        :class:`~workbench.reduce.RankSummary` objects. A frame no summary holds is computed
+        from the rank's trace, read again on demand (``RankSummary.load``), with a note in
+        ``missed``: the reducer's frame list should name it (the tests check none is missed).
+        """
         k = (key, rank)
         if k not in self.cache:
-            self.cache[k] = fn(self.traces[rank], self.windows[rank])
+            t = self.traces[rank]
+            if not hasattr(t, "events"):
+                self.missed.append(k)
+                t = t.load()
+            self.cache[k] = fn(t, self.windows[rank])
         return self.cache[k]
+
+    def rank_has_gpu(self, rank: int) -> bool:
+        """The rank's trace holds GPU events (kernels, copies)."""
+        return self.frame("has_gpu", rank, lambda t, w: bool(t.events["is_gpu"].any()))
 
     @property
     def has_gpu(self) -> bool:
-        return any(bool(t.events["is_gpu"].any()) for t in self.traces.values())
+        return any(self.rank_has_gpu(r) for r in self.traces)
 
     def step_ms(self) -> float:
         return float(self.breakdown["step_ms"].mean()) if len(self.breakdown) else 0.0

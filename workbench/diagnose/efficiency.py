@@ -83,8 +83,8 @@ def _frames(ctx: Context) -> dict[int, tuple[Efficiency, int, float]]:
     """rank → (efficiency frames, profiled steps, mean step ms) for ranks that ran GPU kernels."""
     name, _ = _device(ctx)
     out = {}
-    for r, t in ctx.traces.items():
-        if not bool(t.events["is_gpu"].any()):
+    for r in ctx.traces:
+        if not ctx.rank_has_gpu(r):
             continue
         # the same cache key as verdict.Analysis.efficiency_frames: computed once per run
         e = ctx.frame("efficiency", r, lambda tr, w: efficiency(tr, name, w))
@@ -113,11 +113,12 @@ def _per_step_ms(k: pd.DataFrame, steps: int) -> float:
     return float(k["dur_us"].sum()) / 1e3 / steps
 
 
-def _worst(ctx: Context, saved_of) -> tuple[int, dict, float, float] | None:
+def _worst(ctx: Context, key: str, saved_of) -> tuple[int, dict, float, float] | None:
     """The rank with the largest saving: (rank, evidence, saved ms per step, step ms)."""
     best = None
     for r, (e, steps, step_ms) in _frames(ctx).items():
-        found = saved_of(e, steps, step_ms)
+        # per rank, next to its trace (workbench.reduce): the kernel rows stay there
+        found = ctx.frame(f"saved:{key}", r, lambda t, w, e=e, steps=steps, step_ms=step_ms, r=r: saved_of(e, steps, step_ms, r))
         if found is None:
             continue
         evidence, saved = found
@@ -127,7 +128,7 @@ def _worst(ctx: Context, saved_of) -> tuple[int, dict, float, float] | None:
 
 
 def _diagnosis(ctx, rid, saved_of, title, recommendation, formula, fix) -> Diagnosis | None:
-    w = _worst(ctx, saved_of)
+    w = _worst(ctx, rid, saved_of)
     if w is None:
         return None
     r, evidence, saved, step_ms = w
@@ -146,7 +147,7 @@ def fp32_matmul(ctx: Context) -> Diagnosis | None:
         return None
     bf16 = peak.tflops["bf16"]
 
-    def saved_of(e, steps, step_ms):
+    def saved_of(e, steps, step_ms, r):
         k = e.kernels
         simt = _per_step_ms(k[k["class"] == "gemm_simt"], steps)
         tf32 = _per_step_ms(k[(k["class"] == "gemm_tensor_core") & (k["dtype"] == "tf32")], steps)
@@ -168,7 +169,7 @@ def fp32_matmul(ctx: Context) -> Diagnosis | None:
 
 
 def unfused_elementwise(ctx: Context) -> Diagnosis | None:
-    def saved_of(e, steps, step_ms):
+    def saved_of(e, steps, step_ms, r):
         k = e.kernels
         mask = np.zeros(len(k), dtype=bool)
         for c, subs in MEMORY_BOUND.items():
@@ -208,8 +209,8 @@ def _optimizer_kernels(trace, kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def unfused_optimizer(ctx: Context) -> Diagnosis | None:
-    def saved_of(e, steps, step_ms, trace):
-        k = _optimizer_kernels(trace, e.kernels)
+    def saved_of(e, steps, step_ms, r):
+        k = _optimizer_kernels(ctx.traces[r], e.kernels)
         if k.empty:
             return None
         fused = (k["class"] == "optimizer") & (k["subclass"] == "fused")
@@ -225,12 +226,8 @@ def unfused_optimizer(ctx: Context) -> Diagnosis | None:
                 "optimizer_pct_of_step": round(100 * span / step_ms, 2),
                 "source": "GPU work launched inside Optimizer.step# ranges (correlation ids)"}, saved
 
-    def bound(e, steps, step_ms):
-        r = next(r for r, f in _frames(ctx).items() if f[0] is e)
-        return saved_of(e, steps, step_ms, ctx.traces[r])
-
     return _diagnosis(
-        ctx, "unfused_optimizer", bound,
+        ctx, "unfused_optimizer", saved_of,
         lambda ev, pct: (f"optimizer step {ev['optimizer_kind']}: {ev['optimizer_kernels_per_step']:.0f} kernels, "
                          f"{ev['optimizer_span_ms_per_step']:.1f} ms per step; a fused step would save ~{pct:.0f}%"),
         "use the fused optimizer: torch.optim.AdamW(params, fused=True) (or foreach=True where fused is not available)",
@@ -241,7 +238,7 @@ def unfused_optimizer(ctx: Context) -> Diagnosis | None:
 def attention_math(ctx: Context) -> Diagnosis | None:
     peak = device_peak(_device(ctx)[0])
 
-    def saved_of(e, steps, step_ms):
+    def saved_of(e, steps, step_ms, r):
         k = e.kernels
         m = k[(k["class"] == "attention") & (k["subclass"] == "math")]
         if m.empty:
@@ -282,7 +279,7 @@ def _eager(k: pd.DataFrame, steps: int, step_ms: float):
 
 
 def layout_conversion(ctx: Context) -> Diagnosis | None:
-    def saved_of(e, steps, step_ms):
+    def saved_of(e, steps, step_ms, r):
         k = e.kernels
         m = k[k["name"].astype(str).str.contains(LAYOUT_KERNEL)]
         if m.empty:
@@ -305,7 +302,7 @@ def stale_gemm_kernels(ctx: Context) -> Diagnosis | None:
     if major is None or int(major) < STALE_MIN_MAJOR:
         return None
 
-    def saved_of(e, steps, step_ms):
+    def saved_of(e, steps, step_ms, r):
         k = e.kernels
         gemm = k[k["class"] == "gemm_tensor_core"]
         stale = gemm["name"].astype(str).str.contains(STALE_GEMM)

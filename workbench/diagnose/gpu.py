@@ -41,7 +41,7 @@ PAGEABLE_BANDS = ((1.0, "info"), (5.0, "warning"), (20.0, "critical"))
 
 
 def _gpu_ranks(ctx: Context) -> list[int]:
-    return [r for r, t in ctx.traces.items() if bool(t.events["is_gpu"].any())]
+    return [r for r in ctx.traces if ctx.rank_has_gpu(r)]
 
 
 def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
@@ -147,21 +147,22 @@ def host_sync(ctx: Context) -> Diagnosis | None:
     )
 
 
+def _pageable(trace, w) -> tuple[float, float, float]:
+    """Pageable copies inside the steps, per step: (ms, bytes, copies)."""
+    ev = trace.events
+    pg = ev[ev["is_gpu"].to_numpy() & cat_mask(ev["name"], lambda c: c.str.contains("Pageable", regex=False))]
+    lo, hi = w["start_us"].min(), w["end_us"].max()
+    pg = pg[(pg["ts_us"] >= lo) & (pg["ts_us"] < hi)]
+    k = max(len(w), 1)
+    return float(pg["dur_us"].sum() / 1e3 / k), float(pg["bytes"].sum() / k), len(pg) / k
+
+
 def pageable_memcpy(ctx: Context) -> Diagnosis | None:
     ranks = _gpu_ranks(ctx)
     if not ranks:
         return None
-    ms, nbytes, n = [], [], []
-    for r in ranks:
-        ev = ctx.traces[r].events
-        w = ctx.windows[r]
-        pg = ev[ev["is_gpu"].to_numpy() & cat_mask(ev["name"], lambda c: c.str.contains("Pageable", regex=False))]
-        lo, hi = w["start_us"].min(), w["end_us"].max()
-        pg = pg[(pg["ts_us"] >= lo) & (pg["ts_us"] < hi)]
-        k = max(len(w), 1)
-        ms.append(pg["dur_us"].sum() / 1e3 / k)
-        nbytes.append(pg["bytes"].sum() / k)
-        n.append(len(pg) / k)
+    per = [ctx.frame("pageable", r, _pageable) for r in ranks]
+    ms, nbytes, n = ([p[i] for p in per] for i in range(3))
     step_ms = float(ctx.breakdown[ctx.breakdown["rank"].isin(ranks)]["step_ms"].mean())
     copy_ms = float(np.mean(ms))
     share = 100.0 * copy_ms / step_ms if step_ms > 0 else 0.0

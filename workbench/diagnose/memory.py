@@ -40,6 +40,11 @@ MIN_STRANDED_GIB = 1.0
 GRAPH_LAUNCH = "cudaGraphLaunch"
 
 
+def graph_launches(ctx: Context, rank: int) -> int:
+    """cudaGraphLaunch calls in the rank's trace."""
+    return ctx.frame("graph_launches", rank, lambda t, w: int((t.events["name"] == GRAPH_LAUNCH).sum()))
+
+
 def _summaries(ctx: Context) -> dict[int, dict]:
     return {r: ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) for r in ctx.traces}
 
@@ -104,7 +109,7 @@ def memory_fragmentation(ctx: Context) -> Diagnosis | None:
     near = severity_for(used_pct, FRAG_CAPACITY_BANDS) if used_pct is not None else None
     if gib < MIN_STRANDED_GIB or (pct < FRAG_MIN_PCT and near is None):
         return None
-    graphs = int((ctx.traces[worst].events["name"] == GRAPH_LAUNCH).sum()) if worst in ctx.traces else 0
+    graphs = graph_launches(ctx, worst) if worst in ctx.traces else 0
     severity = "info" if graphs else (near or "info")
     at = (f"peak reserved {used_pct:.0f}% of capacity" if used_pct is not None else "capacity unknown")
     return Diagnosis(

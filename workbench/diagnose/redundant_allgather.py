@@ -36,16 +36,20 @@ CRITICAL_PCT = 20.0
 BANDS = ((0.0, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
+def fsdp_annotated(ctx: Context, rank: int) -> bool:
+    """The rank's trace holds FSDP's ``FSDP::…`` annotations (a sharded model)."""
+    return ctx.frame("fsdp_annotated", rank, lambda t, w: any(c.startswith("FSDP::") for c in t.events["name"].cat.categories))
+
+
 def redundant_allgather(ctx: Context) -> Diagnosis | None:
     if not ctx.traces:
         return None
     per_rank, groups = {}, []
-    for rank, trace in ctx.traces.items():
+    for rank in ctx.traces:
         calls = ctx.frame("collective_calls", rank, collective_calls)
         calls = calls[calls["step"] >= 0]
         n_steps = max(len(ctx.windows[rank]), 1)
-        sharded = bool((calls["op"] == "reduce_scatter").any()) or any(
-            c.startswith("FSDP::") for c in trace.events["name"].cat.categories)
+        sharded = bool((calls["op"] == "reduce_scatter").any()) or fsdp_annotated(ctx, rank)
         need = SHARDED_GATHERS_PER_STEP if sharded else REPLICATED_GATHERS_PER_STEP
         ag = calls[calls["op"] == "all_gather"]
         if ag.empty:

@@ -50,13 +50,23 @@ def per_step_ratios(b) -> dict[int, float]:
     return out
 
 
+def has_collectives(ctx: Context, rank: int) -> bool:
+    """The rank's trace records any collective or point-to-point call."""
+    return ctx.frame("has_collectives", rank, lambda t, w: not t.comms.empty)
+
+
+def pipeline_stage(ctx: Context, rank: int) -> bool:
+    """The rank runs torch.distributed.pipelining stage actions."""
+    return ctx.frame("pipeline_stage", rank, lambda t, w: has_pipeline_actions(t))
+
+
 def straggler_rank(ctx: Context) -> Diagnosis | None:
     b = ctx.breakdown
     if b.empty or b["rank"].nunique() < 2:
         return None
-    if ctx.traces and all(t.comms.empty for t in ctx.traces.values()):
+    if ctx.traces and not any(has_collectives(ctx, r) for r in ctx.traces):
         return None  # no rank waits for another
-    if any(has_pipeline_actions(t) for t in ctx.traces.values()):
+    if any(pipeline_stage(ctx, r) for r in ctx.traces):
         return None  # stages differ by design: pipeline_bubble
     skew = rank_skew(b).set_index("rank")
     work = skew["work_ms"]

@@ -36,6 +36,9 @@ class RankData:
     """steps_rank{r}.csv (contract.STEP_COLUMNS), or None."""
     nvml: pd.DataFrame | None = None
     """nvml_rank{r}.csv (contract.NVML_COLUMNS), or None."""
+    summary: Any = None
+    """workbench.reduce.RankSummary: the rank reduced to what analysis reads (set by
+    ``workbench.reduce.load_reduced``, where ``trace`` stays None)."""
 
 
 @dataclass(slots=True)
@@ -58,13 +61,36 @@ class Run:
 
     @property
     def traces(self) -> dict[int, Trace]:
+        """The ranks' parsed traces (event tables): empty for a run loaded as summaries
+        (``workbench.reduce``), whose ranks' events are read on demand (:meth:`trace`)."""
         return {r: d.trace for r, d in self.ranks.items() if d.trace is not None}
+
+    @property
+    def summaries(self) -> dict:
+        """rank → workbench.reduce.RankSummary, for a run loaded as summaries."""
+        return {r: d.summary for r, d in self.ranks.items() if d.summary is not None}
+
+    @property
+    def rank_info(self) -> dict:
+        """rank → what the run holds of its trace: a RankSummary, else the Trace. Both carry the
+        trace's metadata (path, rank, world_size, distributed, devices, clock, has_gpu, n_events)."""
+        return {r: d.summary if d.summary is not None else d.trace for r, d in self.ranks.items()
+                if d.summary is not None or d.trace is not None}
+
+    def trace(self, rank: int) -> Trace:
+        """Rank ``rank``'s full trace: the one held, else read from its file (on the run's clock)."""
+        d = self.ranks[rank]
+        if d.trace is not None:
+            return d.trace
+        if d.summary is None:
+            raise WorkbenchError(f"{self.path}: rank {rank} has no trace")
+        return d.summary.load()
 
     @property
     def device_name(self) -> str | None:
         if self.manifest.get("device_name"):
             return self.manifest["device_name"]
-        for t in self.traces.values():
+        for t in self.rank_info.values():
             if t.devices:
                 return t.devices[0].get("name")
         return None
@@ -73,14 +99,14 @@ class Run:
     def device_memory_bytes(self) -> int | None:
         if self.manifest.get("device_memory_bytes"):
             return int(self.manifest["device_memory_bytes"])
-        for t in self.traces.values():
+        for t in self.rank_info.values():
             if t.devices and t.devices[0].get("totalGlobalMem"):
                 return int(t.devices[0]["totalGlobalMem"])
         return None
 
     @property
     def has_gpu(self) -> bool:
-        return any(t.events["is_gpu"].any() for t in self.traces.values())
+        return any(t.has_gpu for t in self.rank_info.values())
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -124,37 +150,50 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
     ``ranks`` limits which ranks' traces are parsed; ``progress(done, total, file)`` is called
     after each file (the CLI draws a bar with it).
     """
-    path = Path(path)
-    if not path.exists():
-        raise WorkbenchError(f"no such run: {path}")
-    if path.is_file():
-        files, root = [path], path.parent
-        manifest: dict[str, Any] = {}
-    else:
-        root = path
-        manifest = read_manifest(path)
-        files = trace_files(path)
-    if not files and not manifest:
-        raise WorkbenchError(f"{path}: no manifest.json and no *.pt.trace.json[.gz] files; is this a run directory?")
-
+    run, files = locate(path)
     wanted = set(ranks) if ranks is not None else None
-    run = Run(path=root if path.is_file() else path, manifest=manifest, ranks={})
     cands: list[Candidate] = []
     for i, f in enumerate(files):
         m = _RANK_FILE.match(f.name)
         if m and wanted is not None and int(m.group(1)) not in wanted:
             continue
         trace = read_trace(f)
-        # no distributedInfo rank: a single-process job, so rank 0 (its cycles then collapse below)
-        rank = trace.rank if trace.rank is not None else (int(m.group(1)) if m else 0)
+        rank = rank_of(trace, f)
         if progress:
             progress(i + 1, len(files), f)
         if wanted is not None and rank not in wanted:
             continue
         cands.append(Candidate(rank, trace))
-    for c in _one_job(run, cands):
+    for c in one_job(run, cands):
         run.ranks[c.rank] = RankData(rank=c.rank, trace=c.trace)
+    return finish(run, Path(path), wanted)
 
+
+def locate(path: Path | str) -> tuple[Run, list[Path]]:
+    """An empty :class:`Run` for ``path`` (manifest read) and its trace files, or a one-line error."""
+    path = Path(path)
+    if not path.exists():
+        raise WorkbenchError(f"no such run: {path}")
+    if path.is_file():
+        return Run(path=path.parent, manifest={}, ranks={}), [path]
+    manifest = read_manifest(path)
+    files = trace_files(path)
+    if not files and not manifest:
+        raise WorkbenchError(f"{path}: no manifest.json and no *.pt.trace.json[.gz] files; is this a run directory?")
+    return Run(path=path, manifest=manifest, ranks={}), files
+
+
+def rank_of(trace, file: Path) -> int:
+    """The rank a trace is analysed as: its ``distributedInfo`` rank, else the ``rankN`` of its file
+    name, else 0 (a single-process job; its profiler cycles then collapse in :func:`one_job`)."""
+    if trace.rank is not None:
+        return int(trace.rank)
+    m = _RANK_FILE.match(Path(file).name)
+    return int(m.group(1)) if m else 0
+
+
+def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
+    """Add the per-step and NVML CSVs, put the ranks on one clock, note a failed run."""
     if not path.is_file():
         for f in sorted(path.glob("steps_rank*.csv")):
             r = int(re.findall(r"\d+", f.stem)[-1])
@@ -165,13 +204,14 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
             if wanted is None or r in wanted:
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).nvml = _read_csv(f)
     run.ranks = dict(sorted(run.ranks.items()))
-    align_clocks(run.traces)
+    align_clocks(run.rank_info)
+    manifest = run.manifest
     if manifest.get("status") == contract.STATUS_FAILED:
         run.warnings.append(f"the run failed: {manifest.get('error') or 'exit code ' + str(manifest.get('exit_code'))}")
     return run
 
 
-def _one_job(run: Run, cands: list[Candidate]) -> list[Candidate]:
+def one_job(run: Run, cands: list[Candidate]) -> list[Candidate]:
     """The traces analysed as ``run`` (see :mod:`workbench.load.jobs` for the rule); the others
     go to ``run.set_aside`` with a one-line warning."""
     kept, cycles = jobs.newest_per_process(cands)
@@ -193,7 +233,7 @@ def _one_job(run: Run, cands: list[Candidate]) -> list[Candidate]:
     return sorted(kept, key=lambda c: c.rank)
 
 
-def align_clocks(traces: dict[int, Trace]) -> None:
+def align_clocks(traces: dict) -> None:
     """Put every rank's trace on one clock by setting ``Trace.clock_offset_us`` (in place).
 
     Kineto writes ``baseTimeNanoseconds`` (the Unix time of the trace clock's zero); with it,

@@ -87,6 +87,14 @@ class Trace:
     clock_source: str = "none"
     """How ``clock_offset_us`` was found: ``baseTimeNanoseconds``, ``first_step`` or ``none``."""
 
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.events["is_gpu"].any())
+
+    @property
+    def n_events(self) -> int:
+        return len(self.events)
+
 
 def iter_text(path: Path) -> Iterator[bytes]:
     """The decompressed JSON text of a trace file in pieces of at most TEXT_BYTES, with one-line

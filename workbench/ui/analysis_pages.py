@@ -39,16 +39,19 @@ def utilisation_page() -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+MEMORY_RANKS = 8  # ranks whose memory samples the Memory page draws (each one's trace is read)
+
+
 def communication_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Communication")
     if analysis is None:
         return
     inventories, overlaps = [], []
-    for r, trace in sorted(analysis.run.traces.items()):
-        w = state.windows_for(path, r)
-        inventories.append(collective_inventory(trace, w).assign(rank=r))
-        overlaps.append(comm_overlap(trace, w).assign(rank=r))
+    ctx = analysis.context
+    for r in sorted(ctx.traces):  # per-rank frames of the analysis (computed next to each trace)
+        inventories.append(ctx.frame("inventory", r, collective_inventory).assign(rank=r))
+        overlaps.append(ctx.frame("comm_overlap", r, comm_overlap).assign(rank=r))
     inv = pd.concat(inventories, ignore_index=True)
     ov = pd.concat(overlaps, ignore_index=True)
     if inv.empty:
@@ -79,7 +82,12 @@ def memory_page() -> None:
     cols[1].metric("Capacity", "—" if not cap else f"{cap / GIB:.0f} GiB")
     cols[2].metric("Peak / capacity", "—" if not (peak and cap) else f"{100 * peak / cap:.1f}%")
     frames, t0, act = [], None, 0
-    for r, trace in sorted(run.traces.items()):
+    ranks = sorted(run.rank_info)
+    if len(ranks) > MEMORY_RANKS:
+        st.caption(f"Memory over time of the first {MEMORY_RANKS} of {len(ranks)} ranks (each is read from its trace); "
+                   "the peaks above cover every rank.")
+    for r in ranks[:MEMORY_RANKS]:
+        trace = state.trace_for(path, r)
         w = state.windows_for(path, r)
         t0 = float(w["start_us"].min()) if t0 is None else min(t0, float(w["start_us"].min()))
         m = memory_timeline(trace)

@@ -62,7 +62,7 @@ def timeline_page() -> None:
     st.title("Timeline")
     if analysis is None:
         return
-    ranks = sorted(analysis.run.traces)
+    ranks = sorted(analysis.run.rank_info)
     c1, c2, c3 = st.columns([2, 2, 1])
     shown = c1.multiselect("Ranks", ranks, default=ranks[:4], format_func=lambda r: f"rank {r}")
     windows = {r: state.windows_for(path, r) for r in shown}
@@ -83,7 +83,7 @@ def timeline_page() -> None:
                        for r, w in spans.items()], ignore_index=True)
     t0 = float(pd.concat(list(spans.values()))["start_us"].min())
     st.plotly_chart(timeline(lanes, t0), width="stretch")
-    events = int(sum(len(analysis.run.traces[r].events) for r in shown))
+    events = int(sum(analysis.run.rank_info[r].n_events for r in shown))
     st.caption(f"{events:,} trace events drawn as {len(lanes):,} bars: nested events collapse into the outermost one "
                "and events closer than 1/4 of a bar's width merge (hover shows how many). Zoom to a step for detail; "
                "drag on the chart to zoom further.")

@@ -58,7 +58,20 @@ def known_verdict(path: Path) -> str | None:
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def _windows(path: str, mtime: float, rank: int) -> pd.DataFrame:
-    return step_windows(_analysis(path, mtime).run.traces[rank])
+    ctx = _analysis(path, mtime).context
+    return ctx.windows[rank] if ctx is not None and rank in ctx.windows else step_windows(_trace(path, mtime, rank))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _trace(path: str, mtime: float, rank: int):
+    # the analysis holds per-rank summaries; a page that draws events reads one rank's trace
+    return _analysis(path, mtime).run.trace(rank)
+
+
+def trace_for(path: Path, rank: int):
+    """One rank's full trace (events, memory samples), read on demand and cached for a few ranks."""
+    with st.spinner(f"Reading rank {rank}'s trace…"):
+        return _trace(str(path), mtime(path), rank)
 
 
 def windows_for(path: Path, rank: int) -> pd.DataFrame:
@@ -68,7 +81,7 @@ def windows_for(path: Path, rank: int) -> pd.DataFrame:
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def _lanes(path: str, mtime: float, rank: int, lo: float | None, hi: float | None, max_segments: int) -> pd.DataFrame:
-    trace = _analysis(path, mtime).run.traces[rank]
+    trace = _trace(path, mtime, rank)
     return timeline_lanes(trace, _windows(path, mtime, rank), rank, lo, hi, max_segments)
 
 
@@ -88,8 +101,8 @@ def _params(path: str, mtime: float) -> tuple[int, str]:
     stated = run.manifest.get("n_params") or cfg.get("n_params") or (cfg.get("model") or {}).get("n_params")
     if stated:
         return int(stated), "the run's manifest (n_params)"
-    rank = min(run.traces)
-    trace = run.traces[rank]
+    rank = min(run.rank_info)
+    trace = _trace(path, mtime, rank)
     n = count_params(trace, _windows(path, mtime, rank))
     if n:
         ops = len(weight_shapes(trace, _windows(path, mtime, rank)))

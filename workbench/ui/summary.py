@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from workbench.analysis.memory import memory_summary
 from workbench.peaks import device_peak, mfu_pct as mfu, peak_flops
 from workbench.verdict import Analysis
 
@@ -36,10 +37,11 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
     """Peak memory per rank: GPU allocated ([memory] events, else steps.csv), else the host RSS."""
     run = analysis.run
     out: dict[int, int] = {}
+    ctx = analysis.context
     for r, d in run.ranks.items():
-        mem = d.trace.memory if d.trace is not None else None
-        if mem is not None and not mem.empty and (mem["device_type"] == 1).any():
-            out[r] = int(mem.loc[mem["device_type"] == 1, "allocated_bytes"].max())
+        mem = ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) if ctx and r in ctx.traces else None
+        if mem is not None and mem["peak_allocated_bytes"] is not None:
+            out[r] = int(mem["peak_allocated_bytes"])
         elif d.steps is not None and "max_mem_allocated_bytes" in d.steps and d.steps["max_mem_allocated_bytes"].notna().any():
             out[r] = int(d.steps["max_mem_allocated_bytes"].max())
     if out:
@@ -155,9 +157,10 @@ def top_kernels(kernels: pd.DataFrame, device_name: str | None, n: int = 20) -> 
     if kernels.empty:
         return pd.DataFrame(columns=cols)
     peak = device_peak(device_name)
-    g = kernels.groupby("name", sort=False)
+    kernels = kernels.assign(calls=kernels["calls"] if "calls" in kernels else 1)  # compact tables count calls
+    g = kernels.groupby("name", sort=False, observed=True)
     t = pd.DataFrame({"class": g["class"].first(), "subclass": g["subclass"].first(), "dtype": g["dtype"].first(),
-                      "calls": g.size(), "time_ms": g["dur_us"].sum() / 1e3, "flops": g["flops"].sum()})
+                      "calls": g["calls"].sum(), "time_ms": g["dur_us"].sum() / 1e3, "flops": g["flops"].sum()})
     t = t.sort_values("time_ms", ascending=False).head(n).reset_index(names="kernel")
     t["time_pct"] = 100.0 * t["time_ms"] / (kernels["dur_us"].sum() / 1e3)
     secs = t["time_ms"] / 1e3
