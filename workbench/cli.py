@@ -77,39 +77,44 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _print_analysis(analysis, con) -> None:
+    """Print an Analysis (see :func:`_print_doc`)."""
+    _print_doc(analysis.to_json(), con)
+
+
+def _print_doc(doc: dict, con) -> None:
+    """Print the verdict from its ``--json`` document (fresh, or the cached one)."""
     from rich.table import Table
 
-    from workbench.analysis.steps import CATEGORIES
-
-    run = analysis.run
-    con.print(f"[bold]{run.name}[/]: {run.world_size} rank(s), {run.device_name or 'unknown device'}, "
-              f"{len(analysis.breakdown['step'].unique())} profiled step(s)")
-    for w in run.warnings:
+    run, summary = doc["run"], doc["summary"]
+    categories = list(summary["breakdown_pct"]) or ["compute", "communication", "memcpy", "dataloader", "host", "idle"]
+    con.print(f"[bold]{run['name']}[/]: {run['world_size']} rank(s), {run['device'] or 'unknown device'}, "
+              f"{summary['steps']} profiled step(s)")
+    for w in run["warnings"]:
         con.print(f"[yellow]warning:[/] {w}")
     t = Table(title="mean per step (ms)", title_justify="left")
     t.add_column("rank", justify="right")
     t.add_column("step", justify="right")
-    for c in CATEGORIES:
+    for c in categories:
         t.add_column(c, justify="right")
-    for row in analysis.per_rank.to_dict("records"):
+    for row in summary["per_rank"]:
         t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
-                  *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in CATEGORIES])
+                  *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
     con.print(t)
-    ahead = analysis.host_ahead()
+    ahead = summary.get("host_ahead")
     if ahead:
         con.print(f"[cyan]note:[/] host_ahead: the GPU took {ahead['device_step_ms']:.1f} ms per step, the host "
                   f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
                   f"the loop); step times above are the GPU's")
     colours = {"critical": "red", "warning": "yellow", "info": "cyan"}
-    for d in analysis.diagnoses:
-        col = colours[d.severity]
-        con.print(f"[{col}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {d.title}")
-        con.print(f"         fix: {d.recommendation}")
-        gain = d.estimated_gain
+    for d in doc["diagnoses"]:
+        col = colours[d["severity"]]
+        con.print(f"[{col}]{d['severity'].upper():8}[/] [bold]{d['id']}[/]: {d['title']}")
+        con.print(f"         fix: {d['recommendation']}")
+        gain = d["estimated_gain"]
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
-    _print_efficiency(analysis.efficiency_json(), con)
-    con.print(f"[bold]verdict:[/] {analysis.verdict}")
+    _print_efficiency(doc.get("efficiency"), con)
+    con.print(f"[bold]verdict:[/] {doc['verdict']}")
 
 
 def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
@@ -146,28 +151,40 @@ def _positive(v: str) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from functools import partial
+    from workbench import cache
+
+    # a run opened before (same traces, CSVs, manifest and workbench) prints from the cache
+    doc = None if args.no_cache else cache.cached_result(args.path)
+    if doc is None:
+        doc = _analyze_doc(args)
+        if not args.no_cache:
+            cache.write_result(args.path, doc)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
+    _print_doc(doc, _console())
+    return 0
+
+
+def _analyze_doc(args: argparse.Namespace) -> dict:
+    from rich.progress import Progress
 
     from workbench.verdict import analyze_run
 
-    analyze_run = partial(analyze_run, workers=args.workers, cache=not args.no_cache, executor=args.executor)
-    if args.json:
-        analysis = analyze_run(args.path)
-        json.dump(analysis.to_json(), sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-        return 0
-    from rich.progress import Progress
+    def run(progress=None) -> dict:
+        a = analyze_run(args.path, progress=progress, workers=args.workers, cache=not args.no_cache, executor=args.executor)
+        return json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
 
-    con = _console()
-    with Progress(console=con, transient=True) as bar:
+    if args.json:
+        return run()
+    with Progress(console=_console(), transient=True) as bar:
         task = bar.add_task("reducing traces", total=None)
 
         def progress(done, total, f):
             bar.update(task, total=total, completed=done, description=f"reduced {Path(f).name}")
 
-        analysis = analyze_run(args.path, progress=progress)
-    _print_analysis(analysis, con)
-    return 0
+        return run(progress)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,7 +29,6 @@ anyone, and loading it must not run code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -43,16 +42,17 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from workbench.cache import CACHE_DIR, SUMMARY_VERSION, cache_dir, summary_key
 from workbench.errors import WorkbenchError
 from workbench.load.jobs import Candidate, span_s
 from workbench.load.run import RankData, Run, finish, locate, one_job, rank_of
 from workbench.load.trace import Trace, read_trace
 
-SUMMARY_VERSION = 1
-"""Bump when a frame's content or the cache layout changes: older caches are then recomputed."""
-CACHE_DIR = ".workbench-cache"
 # Frames that hold one row per kernel/op: compacted before they leave the worker (see _compact).
 _EFFICIENCY_KEYS = ("efficiency", "efficiency_in_steps")
+# Without --workers, runs whose trace files total less than this are reduced in this process:
+# starting the pool (forkserver, pandas imported) costs about what a few MB of traces take.
+PARALLEL_MIN_BYTES = 16 << 20
 
 
 @dataclass(slots=True)
@@ -203,7 +203,8 @@ def load_reduced(path: Path | str, workers: int | None = None, cache: bool = Tru
                  progress: Callable[[int, int, Path], None] | None = None) -> Run:
     """The run at ``path`` with each rank as a :class:`RankSummary` (``Run.ranks[r].summary``).
 
-    ``workers``: local worker processes (None: :func:`default_workers`); ``executor``: a Dask
+    ``workers``: local worker processes (None: :func:`default_workers`, or this process alone for
+    runs under PARALLEL_MIN_BYTES of trace files); ``executor``: a Dask
     scheduler address (``dask://host:port``) instead; ``cache``: read and write the summary
     cache; ``progress(done, total, file)`` after each trace.
     """
@@ -214,7 +215,9 @@ def load_reduced(path: Path | str, workers: int | None = None, cache: bool = Tru
     summaries = _read_cache(run.path, key) if cache and files else None
     if summaries is None:
         address = parse_executor(executor)
-        it = _map_dask(files, params, address) if address else _map_local(files, params, workers or default_workers())
+        if workers is None:  # a pool costs ~0.5 s to start: worth it on big runs only
+            workers = default_workers() if sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES else 1
+        it = _map_dask(files, params, address) if address else _map_local(files, params, workers)
         got: dict[Path, RankSummary] = {}
         for i, (f, s) in enumerate(it):
             got[f] = s
@@ -232,34 +235,8 @@ def load_reduced(path: Path | str, workers: int | None = None, cache: bool = Tru
 
 # -------------------------------------------------------------------------------------------- cache
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("workbench")
-    except Exception:  # noqa: BLE001 - running from a source tree
-        return "0"
-
-
 def _cache_key(path: Path, files: list[Path], params: Params) -> dict[str, Any]:
-    def stat(f: Path) -> list:
-        st = f.stat()
-        return [f.name, st.st_size, st.st_mtime_ns]
-
-    manifest = path / "manifest.json" if path.is_dir() else None
-    return {"summary_version": SUMMARY_VERSION, "workbench": _version(),
-            "params": [params.device_name, params.capacity_bytes],
-            "files": [stat(f) for f in files],
-            "manifest": stat(manifest) if manifest is not None and manifest.exists() else None}
-
-
-def cache_dir(run_path: Path) -> Path:
-    """Where the run's summaries are cached: next to it when writable, else the user cache."""
-    here = Path(run_path) / CACHE_DIR
-    if os.access(run_path, os.W_OK) or here.exists() and os.access(here, os.W_OK):
-        return here
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench"
-    return base / hashlib.sha256(str(Path(run_path).resolve()).encode()).hexdigest()[:16]
+    return summary_key(path, files, [params.device_name, params.capacity_bytes])
 
 
 def _jsonable(v: Any) -> Any:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.analysis.conftest import DATA
 from tests.conftest import TRACES
+from workbench.analysis.kernel_classes import efficiency
 from workbench.diagnose.efficiency import STALE_GEMM
 from workbench.verdict import analyze_run
 
@@ -38,7 +39,8 @@ def test_fp32_matmul_on_fp32_run_with_roofline_gain():
     assert d.severity == "critical"
     w = analysis(FP32).context.windows[0]
     steps = len(w)
-    k = analysis(FP32).efficiency_frames()[0].kernels
+    a = analysis(FP32)
+    k = efficiency(a.run.trace(0), a.run.device_name, w).kernels  # per kernel (the summaries keep one row per name)
     # the profiled steps' kernel time only (kernels clipped to the windows' span)
     lo, hi = w["start_us"].min(), w["end_us"].max()
     k = k.assign(dur_us=(k["ts_us"] + k["dur_us"]).clip(lo, hi) - k["ts_us"].clip(lo, hi))

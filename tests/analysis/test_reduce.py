@@ -147,7 +147,9 @@ def test_read_only_run_caches_in_the_user_cache_dir(copy_of, tmp_path, monkeypat
 
 def test_cache_dir_falls_back_when_the_run_is_not_writable(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(reduce.os, "access", lambda p, mode: False)
+    from workbench import cache
+
+    monkeypatch.setattr(cache.os, "access", lambda p, mode: False)
     d = reduce.cache_dir(tmp_path / "run")
     assert d.parent == tmp_path / "xdg" / "workbench"
 
@@ -157,3 +159,27 @@ def test_bad_executor_is_one_line():
 
     with pytest.raises(WorkbenchError, match="dask://HOST:PORT"):
         reduce.parse_executor("ray://x")
+
+
+def _cli_json(path: Path, *flags: str) -> dict:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "workbench", "analyze", str(path), "--json", *flags],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_cli_reopens_from_the_cached_verdict(copy_of):
+    path = copy_of(ROOT / "traces" / "engine_ddp")
+    first = _cli_json(path)
+    result = path / reduce.CACHE_DIR / "analysis.json"
+    assert result.exists()
+    stamp = result.stat().st_mtime_ns
+    assert _cli_json(path) == first and result.stat().st_mtime_ns == stamp, "the second open must read the cache"
+    # the verdict also reads the steps CSVs: a changed CSV recomputes it
+    csv = path / "steps_rank0.csv"
+    os.utime(csv, ns=(csv.stat().st_atime_ns, csv.stat().st_mtime_ns + 10**9))
+    assert _cli_json(path) == first and result.stat().st_mtime_ns != stamp
+    assert _cli_json(path, "--no-cache") == first

@@ -19,12 +19,12 @@ from typing import Any, Iterable
 import pandas as pd
 
 from workbench import contract
+from workbench.cache import TRACE_GLOBS, trace_files  # noqa: F401 - callers import them from here
 from workbench.errors import TraceError, WorkbenchError
 from workbench.load import jobs
 from workbench.load.jobs import Candidate
 from workbench.load.trace import Trace, read_trace
 
-TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 _RANK_FILE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
 
 
@@ -123,13 +123,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if version is not None and int(version) > contract.SCHEMA_VERSION:
         raise TraceError(f, f"schema_version {version} is newer than this workbench ({contract.SCHEMA_VERSION}); upgrade workbench")
     return m
-
-
-def trace_files(path: Path) -> list[Path]:
-    files: set[Path] = set()
-    for g in TRACE_GLOBS:
-        files.update(Path(path).glob(g))
-    return sorted(files)
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
