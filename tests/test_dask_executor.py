@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def cluster():
+    # Streamlit's AppTest (tests/test_app.py, same process) leaves its script as __main__; worker
+    # processes would import it again (multiprocessing's spawn preparation): give them a bare one
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield from _cluster()
+    finally:
+        sys.modules["__main__"] = main
+
+
+def _cluster():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as c:
         yield c

@@ -32,12 +32,16 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def cache_dir(run_path: Path) -> Path:
-    """Where the run's analysis is cached: next to it when writable, else the user cache."""
+    """Where the run's analysis is cached: ``$WORKBENCH_CACHE_DIR/<hash of the run's path>`` when
+    that is set, else next to the run when it is writable, else the user cache
+    (``$XDG_CACHE_HOME/workbench``, ``~/.cache/workbench``)."""
+    key = hashlib.sha256(str(Path(run_path).resolve()).encode()).hexdigest()[:16]
+    if os.environ.get("WORKBENCH_CACHE_DIR"):
+        return Path(os.environ["WORKBENCH_CACHE_DIR"]) / key
     here = Path(run_path) / CACHE_DIR
     if os.access(run_path, os.W_OK) or here.exists() and os.access(here, os.W_OK):
         return here
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench"
-    return base / hashlib.sha256(str(Path(run_path).resolve()).encode()).hexdigest()[:16]
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench" / key
 
 
 def version() -> str:

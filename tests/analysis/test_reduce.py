@@ -83,7 +83,9 @@ def same(a, b, where="$"):
 
 
 @pytest.fixture
-def copy_of(tmp_path):
+def copy_of(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORKBENCH_CACHE_DIR", raising=False)  # these tests check the cache beside the run
+
     def make(src: Path) -> Path:
         dst = tmp_path / src.name
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns(reduce.CACHE_DIR))
@@ -146,6 +148,7 @@ def test_read_only_run_caches_in_the_user_cache_dir(copy_of, tmp_path, monkeypat
 
 
 def test_cache_dir_falls_back_when_the_run_is_not_writable(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORKBENCH_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     from workbench import cache
 

@@ -15,6 +15,7 @@ from workbench.analysis.steps import step_windows
 from workbench.errors import WorkbenchError
 from workbench.figures import timeline_lanes
 from workbench.load import find_runs
+from workbench.cache import CACHE_DIR
 from workbench.verdict import Analysis, analyze_run
 
 # Verdicts of the runs analysed in this server process, for the Runs page (which never analyses
@@ -31,12 +32,17 @@ def traces_root() -> Path:
 
 
 def mtime(path: Path) -> float:
-    return max((f.stat().st_mtime for f in path.iterdir()), default=0.0) if path.is_dir() else 0.0
+    if not path.is_dir():
+        return 0.0
+    return max((f.stat().st_mtime for f in path.iterdir() if f.name != CACHE_DIR), default=0.0)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _analysis(path: str, mtime: float) -> Analysis:
-    return analyze_run(path)
+    # In this process: worker processes of a Streamlit script would import the script again as
+    # their __main__ (multiprocessing's spawn/forkserver preparation), i.e. run the app. The
+    # summaries' cache makes a run opened before fast; `workbench analyze RUN` fills it on all cores.
+    return analyze_run(path, workers=1)
 
 
 def analysis_for(path: Path) -> Analysis | None:
