@@ -284,9 +284,13 @@ def _split_frames(s: RankSummary) -> tuple[dict[str, pd.DataFrame], dict[str, An
 
 
 def _write_cache(run_path: Path, key: dict, summaries: list[RankSummary]) -> None:
-    """Write the summaries (best effort: a read-only place or a full disk only costs the cache)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Write the summaries (best effort: a read-only place, a full disk or no pyarrow only costs
+    the cache)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
 
     target = cache_dir(run_path)
     try:
