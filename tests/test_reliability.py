@@ -16,8 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -97,7 +99,7 @@ _json = st.recursive(_scalar, lambda c: st.one_of(st.lists(c, max_size=3), st.di
                      max_leaves=8)
 _names = st.sampled_from(["ProfilerStep#1", "ProfilerStep#2", "aten::mm", "Optimizer.step#SGD.step", "[memory]",
                           "record_param_comms", "c10d::allreduce_", "nccl:all_reduce", "ncclDevKernel_AllReduce",
-                          "cudaLaunchKernel", "DataLoader.__next__", "autograd::engine", ""])
+                          "cudaLaunchKernel", "DataLoader.__next__", "autograd::engine", "", "ProfilerStep#²"])
 _cats = st.sampled_from(["cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime",
                          "cuda_driver", "cpu_instant_event", "python_function", "ac2g", "Trace"])
 _field = {
@@ -112,12 +114,14 @@ _field = {
     "id": _num,
 }
 _finite = st.one_of(st.floats(-1e300, 1e300), st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, -1, 1e18]))
+_beyond_int64 = st.integers(2**63, 2**65) | st.integers(-(2**65), -(2**63) - 1)  # JSON ints have no size limit
 _args = st.fixed_dictionaries({}, optional={
-    "stream": st.integers(-1, 2**40), "device": st.integers(-1, 8), "correlation": st.integers(-1, 50),
-    "bytes": st.integers(-1, 2**63 - 1), "Total Allocated": _finite, "Total Reserved": _finite,
-    "Device Type": st.integers(-1, 2), "Collective name": st.text(max_size=12), "In msg nelems": st.integers(-1, 2**40),
-    "Out msg nelems": st.integers(-1, 2**40), "Group size": st.integers(-1, 512), "dtype": st.text(max_size=8),
-    "Process Group Name": st.text(max_size=8), "Input Dims": _json, "Input type": _json, "Concrete Inputs": _json,
+    "stream": st.integers(-1, 2**40) | _beyond_int64, "device": st.integers(-1, 8), "correlation": st.integers(-1, 50) | _beyond_int64,
+    "bytes": st.integers(-1, 2**63 - 1) | _beyond_int64, "Total Allocated": _finite, "Total Reserved": _finite,
+    "Device Type": st.integers(-1, 2) | _beyond_int64, "Collective name": st.text(max_size=12) | _scalar,
+    "In msg nelems": st.integers(-1, 2**40) | _scalar, "Out msg nelems": st.integers(-1, 2**40) | _json,
+    "Group size": st.integers(-1, 512) | _scalar, "dtype": st.text(max_size=8) | _json,
+    "Process Group Name": st.text(max_size=8) | _json, "Input Dims": _json, "Input type": _json, "Concrete Inputs": _json,
 })
 # Well-typed events with hostile values (what a buggy or foreign writer produces), and wild ones
 # with any JSON in any field (what corruption produces); most examples are well-typed so that the
@@ -126,12 +130,22 @@ _typed_event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "X", "X", "i",
                                       "ts": _finite, "dur": _finite},
                                      optional={"pid": st.integers(-1, 3), "tid": st.integers(-1, 3), "args": _args})
 _wild_event = st.fixed_dictionaries({}, optional=_field)
+# Kineto's header with each field well-typed or not: pg_config groups, device entries and their
+# keys as analysis reads them (load.jobs, analysis.comm, the device-name lookups), or any JSON.
+_pg = st.fixed_dictionaries({}, optional={"pg_name": st.sampled_from(["0", "1"]) | _scalar, "pg_desc": _scalar,
+                                          "pg_size": st.integers(-1, 4) | _scalar, "ranks": st.lists(st.integers(-1, 3), max_size=4) | _json})
+_device = st.fixed_dictionaries({}, optional={"name": st.sampled_from(["NVIDIA H200", "NVIDIA A100-SXM4-80GB"]) | _json,
+                                              "totalGlobalMem": st.integers(-1, 2**40) | _beyond_int64 | _scalar,
+                                              "computeMajor": st.integers(-1, 10) | _scalar, "numSms": _scalar})
 _head = st.fixed_dictionaries({}, optional={
-    "distributedInfo": st.one_of(_json, st.fixed_dictionaries({"rank": st.integers(-1, 3) | _scalar,
-                                                               "world_size": st.integers(-1, 4) | _scalar})),
-    "baseTimeNanoseconds": st.integers(-(2**63), 2**63 - 1) | _scalar,
-    "deviceProperties": _json,
-    "schemaVersion": _scalar,
+    "distributedInfo": st.one_of(_json, st.fixed_dictionaries({}, optional={
+        "rank": st.integers(-1, 3) | _beyond_int64 | _scalar | st.sampled_from(["1", "1.0", " 2 ", "-1", "٣"]),
+        "world_size": st.integers(-1, 4) | _scalar | st.sampled_from(["2", 2.0, [2]]),
+        "backend": st.sampled_from(["gloo", "nccl"]) | _json, "pg_count": _scalar,
+        "pg_config": st.lists(_pg | _json, max_size=3) | _json})),
+    "baseTimeNanoseconds": st.integers(-(2**63), 2**63 - 1) | _beyond_int64 | _scalar,
+    "deviceProperties": st.lists(_device | _json, max_size=2) | _json,
+    "schemaVersion": _json,
 })
 
 
@@ -145,20 +159,21 @@ def _trace_docs(draw):
     return draw(st.sampled_from([doc, events])) if events else doc  # Chrome also allows a bare array
 
 
-# Not yet a gate: hypothesis' examples vary with PYTHONHASHSEED despite derandomize, and each CI
-# run so far found a new traceback on mistyped top-level fields (the last: a distributedInfo rank
-# that is a string -> TypeError in analysis). Three such bugs are fixed (tests below); the rest
-# is issue 12's open work. Truncations and byte flips of a real trace (below) stay strict.
-@pytest.mark.xfail(strict=False, reason="random event streams still find tracebacks on mistyped fields (issue 12)")
+# A strict gate. Hypothesis' examples vary with PYTHONHASHSEED despite derandomize (the sampled
+# dictionaries' order), so CI sees other examples than a local run: the loader checks every
+# header field analysis reads (workbench.load.trace, "the header"), and before this test became
+# strict it ran clean over 15 hash seeds at 200 examples and over tens of thousands of random
+# examples. A failure here is a new bug: reduce it to a FOUND entry below and fix it.
 @FUZZ
 @given(doc=_trace_docs(), gz=st.booleans())
 def test_random_event_streams_load_or_fail_in_one_line(scratch, doc, gz):
-    # json.dumps writes NaN/Infinity as bare tokens (not JSON) and huge ints verbatim: both kept
-    path = _write(scratch / ("rank0.pt.trace.json.gz" if gz else "rank0.pt.trace.json"), json.dumps(doc).encode(), gz)
-    other = scratch / ("rank0.pt.trace.json" if gz else "rank0.pt.trace.json.gz")
-    other.unlink(missing_ok=True)
+    # json.dumps writes NaN/Infinity as bare tokens (not JSON) and huge ints verbatim: both kept.
+    # A fresh directory per example: analysis caches its result beside the run, keyed on size+mtime.
+    d = Path(tempfile.mkdtemp(dir=scratch))
+    path = _write(d / ("rank0.pt.trace.json.gz" if gz else "rank0.pt.trace.json"), json.dumps(doc).encode(), gz)
     if _read_or_trace_error(path) is not None:
-        _analyze_or_one_line_error(scratch)
+        _analyze_or_one_line_error(d)
+    shutil.rmtree(d)
 
 
 # (exception, function it is raised in) of each known bug
@@ -194,6 +209,76 @@ def test_input_type_not_a_list(tmp_path):
     (tmp_path / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
     t = read_trace(tmp_path / "rank0.pt.trace.json")
     assert len(t.comms) == 1 and t.comms["dtype"].isna().all()
+
+
+_STEP = {"ph": "X", "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100, "pid": 1, "tid": 1}
+_C10D = {"ph": "X", "name": "c10d::allreduce_", "cat": "cpu_op", "ts": 10, "dur": 5, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[4]]}}
+
+
+def _ranks(*dists):
+    """One trace per rank with the given distributedInfo, on one clock."""
+    return [{"distributedInfo": d, "baseTimeNanoseconds": 1790857026000000000, "traceEvents": [_STEP]} for d in dists]
+
+
+# Mistyped header fields and out-of-range values, each reduced to the smallest trace that raised
+# (found by the random-event-stream fuzzing and by probing the fields analysis reads):
+# (id, what happened before the fix, one trace document per rank). Each now loads and analyses.
+FOUND = [
+    ("rank_not_an_int", "`distributedInfo.rank` a string (`\"a\"`, also `\"1\"`): `load/jobs.py:one_job` raised "
+     "`TypeError: bad operand type for unary -: 'str'`; a list: `TypeError: unhashable type` in `newest_per_process`. "
+     "Now int-like strings and integral floats are coerced, anything else is no rank",
+     [{"distributedInfo": {"rank": "a"}, "traceEvents": [_STEP]}]),
+    ("ranks_of_one_trace_mixed_types", "two traces, ranks `\"0\"` and `0`: `load/jobs.py:one_job` sorted them and raised "
+     "`TypeError: '<' not supported between instances of 'int' and 'str'`", _ranks({"rank": "0"}, {"rank": 0})),
+    ("pg_ranks_not_a_list", "two traces whose `pg_config` group has `\"ranks\": 3`: `load/jobs.py:_groups` raised "
+     "`TypeError: 'int' object is not iterable`. Now a group with a mistyped key is dropped",
+     _ranks({"rank": 0, "pg_config": [{"pg_name": "0", "ranks": 3}]}, {"rank": 1, "pg_config": [{"pg_name": "0", "ranks": 3}]})),
+    ("pg_config_not_a_list", "`pg_config` an object: `analysis/comm.py:collective_calls` indexed it with `[0]` and raised "
+     "`KeyError: 0` (a string: `AttributeError: 'str' object has no attribute 'get'`)",
+     [{"distributedInfo": {"pg_config": {"a": 1}}, "traceEvents": [_STEP, _C10D]}]),
+    ("device_not_an_object", "`deviceProperties: [null]`: `load/run.py:device_memory_bytes` raised "
+     "`AttributeError: 'NoneType' object has no attribute 'get'`. Now only objects are devices",
+     [{"deviceProperties": [None], "traceEvents": [_STEP]}]),
+    ("device_memory_not_an_int", "`deviceProperties[0].totalGlobalMem` a string: `load/run.py:device_memory_bytes` raised "
+     "`ValueError: invalid literal for int()`. Now a mistyped property is left out",
+     [{"deviceProperties": [{"name": "NVIDIA H200", "totalGlobalMem": "x"}], "traceEvents": [_STEP]}]),
+    ("stream_beyond_int64", "a kernel's `args.stream` of 2**64 - 1 (JSON ints have no size limit): `load/columns.py:add` "
+     "raised `OverflowError: int too big to convert` filling the int64 column. Now such args are dropped, the event kept",
+     [{"traceEvents": [_STEP, {"ph": "X", "name": "k", "cat": "kernel", "ts": 10, "dur": 5, "pid": 0, "tid": 7,
+                               "args": {"stream": 2**64 - 1, "correlation": 2**70}}]}]),
+    ("shape_op_input_type_nested", "an `aten::mm` whose `args[\"Input type\"]` is `[[]]`: `analysis/flops.py:dtype_name` "
+     "raised `AttributeError: 'list' object has no attribute 'startswith'`. Now shape args are decoded typed as "
+     "Kineto writes them (sizes as lists of ints, types and concrete inputs as text); others leave the op uncounted",
+     [{"traceEvents": [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 10, "dur": 5, "pid": 1, "tid": 1,
+                        "args": {"Input type": [[]], "Input Dims": [[2, 2], [2, 2]]}}]}]),
+    ("step_number_not_ascii", "an annotation `ProfilerStep#²` (`str.isdigit` is true for `²`): `load/trace.py:read_trace` "
+     "raised `ValueError: invalid literal for int()`",
+     [{"traceEvents": [{**_STEP, "name": "ProfilerStep#²"}]}]),
+]
+
+
+@pytest.mark.parametrize("docs", [f[2] for f in FOUND], ids=[f[0] for f in FOUND])
+def test_found_by_fuzzing(tmp_path, docs):
+    for rank, doc in enumerate(docs):
+        (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
+        assert read_trace(tmp_path / f"rank{rank}.pt.trace.json") is not None
+    _strict_analyze(tmp_path)
+
+
+OPEN_STEP_NUMBER = ("an annotation `ProfilerStep#` + 20 digits: `analysis/steps.py:host_step_windows` casts every "
+                    "step number matched by `ProfilerStep#(\\d+)` to int64 (`.astype(int)`) and raises `OverflowError` "
+                    "(a traceback, exit 1). The loader reads the trace (no first step); the fix belongs in steps.py: "
+                    "`^ProfilerStep#(\\d{1,18})$` with re.ASCII, as `load/trace.py` matches it")
+
+
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason=OPEN_STEP_NUMBER)
+def test_step_number_beyond_int64(tmp_path):
+    """Not generated by the fuzzing (its names are fixed): found reading the step parsing. The
+    loader reads such a trace (no first step); analysis does not yet."""
+    (tmp_path / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": [{**_STEP, "name": "ProfilerStep#" + "9" * 20}]}))
+    assert read_trace(tmp_path / "rank0.pt.trace.json").first_step is None
+    _strict_analyze(tmp_path)
 
 
 # ---- truncations and byte flips of a real trace ---------------------------------------------------
@@ -314,8 +399,10 @@ def test_reliability_md_matches_what_the_tests_observe(tmp_path, monkeypatch, ca
     ]
     assert extra[0][2].exit_code == 2
     known = [("tests/test_reliability.py::test_mixed_input_dims_on_c10d_ops", KNOWN_FAILURE),
-             ("tests/test_reliability.py::test_input_type_not_a_list", KNOWN_FAILURE_2)]
-    text = rt.render(observed, extra, NOT_TESTED, known)
+             ("tests/test_reliability.py::test_input_type_not_a_list", KNOWN_FAILURE_2),
+             ("tests/test_reliability.py::test_mistyped_args_of_a_shape_op_lose_their_details_not_the_trace", KNOWN_FAILURE_3)]
+    known += [(f"tests/test_reliability.py::test_found_by_fuzzing[{name}]", why) for name, why, _ in FOUND]
+    text = rt.render(observed, extra, NOT_TESTED, known, [("tests/test_reliability.py::test_step_number_beyond_int64", OPEN_STEP_NUMBER)])
     if os.environ.get(rt.WRITE_ENV):
         rt.RELIABILITY_MD.write_text(text)
     old = rt.RELIABILITY_MD.read_text() if rt.RELIABILITY_MD.exists() else ""
@@ -331,6 +418,10 @@ def test_every_test_named_in_reliability_md_still_exists():
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     collected = {line.split("[")[0] for line in r.stdout.splitlines() if "::" in line}
     assert set(nodes) <= collected, set(nodes) - collected
+
+
+KNOWN_FAILURE_3 = ("an `aten::mm` whose `args[\"Input type\"]` is a number: the typed args decoder raised "
+                   "`msgspec.ValidationError` out of `read_trace`; now that event's args are dropped, the event kept")
 
 
 def test_mistyped_args_of_a_shape_op_lose_their_details_not_the_trace(tmp_path):

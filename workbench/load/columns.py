@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -33,36 +34,58 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _Trace(msgspec.Struct, gc=False):
+    # The header fields are typed Any: a trace whose distributedInfo is a list or whose
+    # baseTimeNanoseconds is a string still has usable events. workbench.load.trace checks
+    # and coerces them (see its header section), so analysis never sees the raw values.
     traceEvents: list[_Event] = []
-    distributedInfo: dict | None = None
-    deviceProperties: list | None = None
-    baseTimeNanoseconds: int | None = None
-    schemaVersion: int | None = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+    baseTimeNanoseconds: Any = None
+    schemaVersion: Any = None
+
+
+# JSON integers have no size limit and msgspec decodes any of them into ``int``; the columns are
+# int64 arrays, so a value outside int64 (fuzzing: a stream id of 2**64 - 1) would raise
+# OverflowError while filling them. Bounded fields make it a ValidationError instead: that
+# event's args are dropped (``_args``' default), the trace loads.
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+# Memory samples go through int(): a float such as 1e300 must be refused before it becomes a
+# 1000-digit int in an int64 column. 2**62 bytes (4 EiB) is far beyond any device.
+_Bytes = Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | Annotated[float, msgspec.Meta(ge=-(2**62), le=2**62)]
 
 
 class _GpuArgs(msgspec.Struct, gc=False):
-    stream: int = -1
-    device: int = -1
-    bytes: int = 0
-    correlation: int = -1
+    stream: _Int64 = -1
+    device: _Int64 = -1
+    bytes: _Int64 = 0
+    correlation: _Int64 = -1
 
 
 class _CorrArgs(msgspec.Struct, gc=False):
-    correlation: int = -1
+    correlation: _Int64 = -1
+
+
+_Dim = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
 
 
 class _ShapeArgs(msgspec.Struct, gc=False, rename={"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}):
-    """What ``record_shapes=True`` stores on a cpu_op: one entry per argument of the op's schema."""
+    """What ``record_shapes=True`` stores on a cpu_op: one entry per argument of the op's schema.
 
-    dims: list = []
-    types: list = []
-    concrete: list = []
+    Typed as Kineto writes them for the SHAPE_OP operators (every committed trace: a tensor's
+    sizes, ``[]`` for a non-tensor; the type and the concrete value as text), so that the FLOP
+    and parameter counts never meet a nested list or a number where they expect a name (fuzzing:
+    ``"Input type": [[]]`` raised in analysis.flops.dtype_name). Args of another shape do not
+    decode: that op is not counted."""
+
+    dims: list[list[_Dim]] = []
+    types: list[str] = []
+    concrete: list[str] = []
 
 
 class _MemArgs(msgspec.Struct, gc=False, rename={"allocated": "Total Allocated", "reserved": "Total Reserved", "device_type": "Device Type"}):
-    allocated: int | float = 0
-    reserved: int | float = 0
-    device_type: int = 0
+    allocated: _Bytes = 0
+    reserved: _Bytes = 0
+    device_type: _Int64 = 0
 
 
 DECODER = msgspec.json.Decoder(_Trace | list[_Event])
@@ -151,8 +174,9 @@ class Columns:
             if ph == "X":
                 complete.append(e)
             elif ph == "i" and e.name == "[memory]":
-                a = _args(_MEM_DECODER, e.args, _MemArgs()) if e.args else _MemArgs()
-                self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
+                a = _args(_MEM_DECODER, e.args) if e.args else _MemArgs()
+                if a is not None:  # a sample whose sizes are not numbers is no sample (not a 0)
+                    self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
             elif ph == "M" and e.name == "thread_name" and e.args:
                 name = _args(_ARGS_DECODER, e.args, {})
                 self.threads[str(e.tid)] = str(name.get("name", "") if isinstance(name, dict) else "")
@@ -246,20 +270,44 @@ def _first(v):
     return v[0] if isinstance(v, list) and v else None
 
 
+_INT_TEXT = re.compile(r"\s*[+-]?\d{1,19}\s*", re.ASCII)
+
+
+def as_int(v: Any, lo: int = 0, hi: int = 2**63 - 1) -> int | None:
+    """``v`` as an int within [lo, hi] when it is one, an integral float (``3.0``) or an int-like
+    string (``"3"``), as a foreign writer may give them; else None. Booleans are not ints here."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float):
+        v = int(v) if v.is_integer() else None
+    elif isinstance(v, str):
+        v = int(v) if _INT_TEXT.fullmatch(v) else None
+    return v if isinstance(v, int) and lo <= v <= hi else None
+
+
+def as_name(v: Any) -> str | None:
+    """A name (process group, dtype) as str: ints (``"pg_name": 0``) become text, anything else
+    None, so that grouping, ``isin`` and string methods in analysis never meet a list or dict."""
+    if isinstance(v, str):
+        return v
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _comm_row(e: _Event) -> tuple:
     a = _args(_ARGS_DECODER, e.args, {}) if e.args else {}
     if not isinstance(a, dict):
         a = {}
+    collective = a.get("Collective name")
     return (
         e.ts,
         e.dur,
         e.name,
-        a.get("Collective name") or e.name.split("::")[-1].split(":")[-1].rstrip("_"),
-        a.get("In msg nelems"),
-        a.get("Out msg nelems"),
-        a.get("dtype") or _first(a.get("Input type")),
-        a.get("Group size"),
-        a.get("Process Group Name"),
+        collective if isinstance(collective, str) and collective else e.name.split("::")[-1].split(":")[-1].rstrip("_"),
+        as_int(a.get("In msg nelems")),
+        as_int(a.get("Out msg nelems")),
+        as_name(a.get("dtype")) or as_name(_first(a.get("Input type"))),
+        as_int(a.get("Group size")),
+        as_name(a.get("Process Group Name")),
         str(a.get("Input Dims")) if a.get("Input Dims") is not None else None,
         e.cat in GPU_CATS,
         str(e.tid),

@@ -25,6 +25,10 @@ Tables (pandas DataFrames), one set per rank:
 ``comms``   one row per collective (``record_param_comms``, ``c10d::*``, ``nccl:*``, NCCL kernels):
             ts_us, dur_us, name, collective, in_nelems, out_nelems, dtype, group_size, pg_name,
             input_dims, is_gpu, tid
+
+and the header: ``distributed`` (``distributedInfo``), ``devices`` (``deviceProperties``) and
+``base_time_ns``, checked and coerced so that analysis can trust their types (see "the header"
+below: a field that does not fit is left out, never the trace).
 """
 
 from __future__ import annotations
@@ -41,9 +45,10 @@ import msgspec
 import pandas as pd
 
 from workbench.errors import TraceError
-from workbench.load.columns import COMM_NAME, DECODER, EVENTS_DECODER, GPU_CATS, Columns, _Trace
+from workbench.load.columns import COMM_NAME, DECODER, EVENTS_DECODER, GPU_CATS, Columns, _Trace, as_int, as_name
 
-__all__ = ["COMM_NAME", "GPU_CATS", "MAX_TRACE_BYTES", "Trace", "iter_text", "read_bytes", "read_trace"]
+__all__ = ["COMM_NAME", "GPU_CATS", "MAX_TRACE_BYTES", "Trace", "device_properties", "distributed_info", "iter_text",
+           "read_bytes", "read_trace"]
 
 MAX_TRACE_BYTES = 8 << 30  # a decompressed trace over 8 GiB is refused rather than swapping
 READ_BYTES = 1 << 20  # file bytes read at a time
@@ -109,7 +114,7 @@ def iter_text(path: Path) -> Iterator[bytes]:
             data = f.read(READ_BYTES)
             if data[:2] != b"\x1f\x8b":
                 if os.fstat(f.fileno()).st_size > MAX_TRACE_BYTES:
-                    raise TraceError(path, f"larger than {MAX_TRACE_BYTES >> 30} GiB; trim it (fewer active steps)")
+                    raise TraceError(path, f"larger than {_limit()}; trim it (fewer active steps)")
                 while data:
                     yield data
                     data = f.read(READ_BYTES)
@@ -119,27 +124,48 @@ def iter_text(path: Path) -> Iterator[bytes]:
             raise TraceError(path, f"cannot read: {e.strerror or e}") from None
 
 
+def _limit() -> str:
+    return f"{MAX_TRACE_BYTES >> 30} GiB" if MAX_TRACE_BYTES >= 1 << 30 else f"{MAX_TRACE_BYTES >> 20} MiB"
+
+
 def _gunzip(path: Path, f, data: bytes) -> Iterator[bytes]:
-    # Bounded steps (max_length) so that a bomb is refused before it fills memory.
+    """The text of every member of a gzip file in turn: ``cat a.gz b.gz`` is one valid gzip file
+    (RFC 1952 §2.2; ``gzip.open`` and ``zcat`` read all of it), and zero bytes after a member are
+    padding, skipped as ``gzip`` skips them. Anything else after a member is corrupt data."""
+    # Bounded steps (max_length) so that a bomb is refused before it fills memory; the bound
+    # counts the text of all members together.
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     size = 0
+    in_member = True  # False between members: the next non-zero byte starts one
     try:
-        while data and not d.eof:
-            while data and not d.eof:
-                out = d.decompress(data, TEXT_BYTES)
-                data = d.unconsumed_tail
-                size += len(out)
-                if size > MAX_TRACE_BYTES:
-                    raise TraceError(path, f"decompresses to more than {MAX_TRACE_BYTES >> 30} GiB; trim it (fewer active steps)")
-                if out:
-                    yield out
-            data = f.read(READ_BYTES)
-        out = d.flush()
-        if out:
-            yield out
+        while True:
+            if not data:
+                data = f.read(READ_BYTES)
+                if not data:
+                    break
+            if not in_member:
+                data = data.lstrip(b"\0")
+                if not data:
+                    continue
+                d, in_member = zlib.decompressobj(16 + zlib.MAX_WBITS), True
+            out = d.decompress(data, TEXT_BYTES)
+            data = d.unconsumed_tail
+            size += len(out)
+            if size > MAX_TRACE_BYTES:
+                raise TraceError(path, f"decompresses to more than {_limit()}; trim it (fewer active steps)")
+            if out:
+                yield out
+            if d.eof:
+                data, in_member = d.unused_data, False
+        if in_member:
+            out = d.flush()
+            if size + len(out) > MAX_TRACE_BYTES:
+                raise TraceError(path, f"decompresses to more than {_limit()}; trim it (fewer active steps)")
+            if out:
+                yield out
     except (zlib.error, EOFError, gzip.BadGzipFile) as e:
         raise TraceError(path, f"corrupt gzip data ({e}); re-capture or drop this file") from None
-    if not d.eof:
+    if in_member and not d.eof:
         raise TraceError(path, "truncated gzip file (the writer was interrupted?); re-capture or drop this file")
 
 
@@ -324,10 +350,9 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
     if not len(cols.ts):
         raise TraceError(path, "no complete ('X') events: not a torch.profiler trace")
     events, memory, comms = cols.tables()
-    dist = doc.distributedInfo or {}
+    dist = distributed_info(doc.distributedInfo)
     first_step = None
-    cats = events["name"].cat.categories
-    step_cats = [c for c in cats if c.startswith("ProfilerStep#") and c[13:].isdigit()]
+    step_cats = [c for c in events["name"].cat.categories if _STEP.fullmatch(c)]
     if step_cats:
         marked = events[events["name"].isin(step_cats) & ~events["is_gpu"]]
         if not marked.empty:
@@ -341,8 +366,93 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
         memory=memory,
         comms=comms,
         distributed=dist,
-        devices=list(doc.deviceProperties or []),
+        devices=device_properties(doc.deviceProperties),
         threads=cols.threads,
-        base_time_ns=doc.baseTimeNanoseconds,
+        base_time_ns=as_int(doc.baseTimeNanoseconds, lo=1),
         first_step=first_step,
     )
+
+
+# ---- the header ------------------------------------------------------------------------------------
+# Kineto's header fields, checked once here so that analysis (workbench.load.jobs comparing
+# pg_config across ranks, analysis.comm taking the first group's size, the device name looked up
+# in workbench.peaks) can trust their types. A foreign, edited or corrupt trace may put anything
+# there (fuzzing found a string rank, a null device, a group's ranks given as a number); the
+# events are still good, so a field that does not fit is dropped, never the trace. Keys not named
+# below are kept as they are: nothing reads them (a reader that starts to adds its key here).
+_STEP = re.compile(r"ProfilerStep#\d{1,18}", re.ASCII)  # int() of the number must fit int64
+MAX_RANK = 2**31 - 1  # torch ranks are C ints
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _ranks(v: Any) -> list[int] | None:
+    if not isinstance(v, list):
+        return None
+    out = [as_int(r, hi=MAX_RANK) for r in v]
+    return None if None in out else out
+
+
+# key → check (the value as analysis may read it, or None when it does not fit)
+_DIST_KEYS = {
+    "backend": _str,
+    "rank": lambda v: as_int(v, hi=MAX_RANK),
+    "world_size": lambda v: as_int(v, lo=1, hi=MAX_RANK),
+    "pg_count": as_int,
+    "nccl_version": _str,
+}
+_PG_KEYS = {
+    "pg_name": as_name,  # torch writes a str ("0"); jobs and comm read it as one
+    "pg_desc": _str,
+    "backend_config": _str,
+    "pg_size": lambda v: as_int(v, lo=1, hi=MAX_RANK),
+    "ranks": _ranks,
+}
+# The device properties Kineto writes on CUDA (as in traces/gpu_fixed_data).
+_DEVICE_KEYS: dict = {"name": _str} | dict.fromkeys(
+    ["id", "totalGlobalMem", "computeMajor", "computeMinor", "maxThreadsPerBlock", "maxThreadsPerMultiprocessor",
+     "regsPerBlock", "regsPerMultiprocessor", "warpSize", "sharedMemPerBlock", "sharedMemPerBlockOptin",
+     "sharedMemPerMultiprocessor", "numSms"], as_int)
+
+
+def _checked(d: dict, keys: dict) -> tuple[dict, bool]:
+    """(``d`` with the known keys checked and coerced, the ones that do not fit left out; whether
+    every known key fitted)."""
+    out, ok = {}, True
+    for k, v in d.items():
+        if k in keys:
+            v = keys[k](v)
+            if v is None:
+                ok = False
+                continue
+        out[k] = v
+    return out, ok
+
+
+def distributed_info(raw: Any) -> dict[str, Any]:
+    """``distributedInfo`` with every key analysis reads of the right type: ``rank`` and
+    ``world_size`` ints (int-like strings and integral floats coerced; a negative rank, a world
+    size below 1 or anything else left out), ``backend`` a str, and ``pg_config`` a list of groups
+    whose ``pg_name`` is a str, ``pg_size`` an int and ``ranks`` a list of ints. A group with a
+    known key that does not fit is dropped whole: ``workbench.load.jobs`` compares groups across
+    ranks, and half a group would read as a disagreement."""
+    if not isinstance(raw, dict):
+        return {}
+    dist, _ = _checked(raw, _DIST_KEYS)
+    if "pg_config" in dist:
+        cfg = dist["pg_config"]
+        groups = [_checked(g, _PG_KEYS) for g in cfg if isinstance(g, dict)] if isinstance(cfg, list) else []
+        dist["pg_config"] = [g for g, ok in groups if ok]
+    return dist
+
+
+def device_properties(raw: Any) -> list[dict[str, Any]]:
+    """``deviceProperties`` as a list of dicts: entries that are not objects are dropped, ``name``
+    must be a str and every other known (numeric) property a non-negative int, else that key is
+    left out (the device and its other properties are kept)."""
+    if not isinstance(raw, list):
+        return []
+    return [_checked(d, _DEVICE_KEYS)[0] for d in raw if isinstance(d, dict)]
+
