@@ -98,7 +98,22 @@ class Params:
 def reduce_trace(path: Path | str, params: Params = Params()) -> RankSummary:
     """Read one trace and reduce it (runs in a worker process)."""
     path = Path(path)
-    return summarize(read_trace(path), path, params)
+    trace = read_trace(path)
+    _trim()  # the decoder's slices are freed: give the pages back before the frames are built
+    summary = summarize(trace, path, params)
+    del trace
+    _trim()
+    return summary
+
+
+def _trim() -> None:
+    """Return freed heap to the OS (glibc keeps it otherwise: ~290 MB after a 2M-event decode)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def summarize(trace: Trace, path: Path, params: Params = Params(), rank: int | None = None) -> RankSummary:

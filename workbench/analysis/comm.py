@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.intervals import cat_mask, clip, overlap_length, union_length
+from workbench.analysis.intervals import Spans, cat_mask, clip, overlap_length, union_length
 from workbench.load.trace import Trace
 
 INVENTORY_COLUMNS = ["op", "dtype", "bytes", "group_size", "pg_name", "calls", "calls_per_step",
@@ -306,14 +306,15 @@ def comm_overlap(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     # on the device the compute is kernels: compare kernels with kernels, host ops with host ops
     p2p = ev[cat_mask(ev["name"], lambda c: c.str.contains(P2P_OP)) & (gpu if gpu.any() else ~gpu)]
     p2p = (p2p["ts_us"].to_numpy(), (p2p["ts_us"] + p2p["dur_us"]).to_numpy())
+    comm, compute, p2p = Spans(*comm), Spans(*compute), Spans(*p2p)
     rows = []
     for step, lo, hi in windows[["step", "start_us", "end_us"]].itertuples(index=False):
-        c = clip(*comm, lo, hi)
-        k = clip(*compute, lo, hi)
+        c = clip(*comm.within(lo, hi), lo, hi)
+        k = clip(*compute.within(lo, hi), lo, hi)
         comm_us = union_length(*c)
         over = overlap_length(c, k) if len(c[0]) and len(k[0]) else 0.0
         exposed = comm_us - over
-        pp = clip(*p2p, lo, hi)
+        pp = clip(*p2p.within(lo, hi), lo, hi)
         p2p_us = union_length(*pp) - (overlap_length(pp, k) if len(pp[0]) and len(k[0]) else 0.0)
         rows.append((int(step), (hi - lo) / 1e3, comm_us / 1e3, over / 1e3, exposed / 1e3,
                      100.0 * exposed / (hi - lo) if hi > lo else 0.0, min(p2p_us, exposed) / 1e3))

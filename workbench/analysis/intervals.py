@@ -18,6 +18,13 @@ def cat_mask(s: pd.Series, pred) -> np.ndarray:
     return ok[s.cat.codes.to_numpy()]
 
 
+def str_mask(s: pd.Series, pred) -> np.ndarray:
+    """:func:`cat_mask` for a categorical column, else ``pred`` over the values as strings."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return cat_mask(s, pred)
+    return np.asarray(pred(s.astype(str)), bool)
+
+
 def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals [start, end) as sorted, disjoint intervals."""
     if len(start) == 0:
@@ -44,6 +51,23 @@ def clip(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tuple[np.n
     s, e = np.maximum(start, lo), np.minimum(end, hi)
     keep = e > s
     return s[keep], e[keep]
+
+
+class Spans:
+    """Intervals indexed for repeated windowing: :meth:`within` returns the intervals that can
+    overlap [lo, hi) in O(log n) instead of a pass over all of them (a per-step loop over a trace
+    of 3,800 steps and 3.6M events was quadratic). ``clip`` of the result equals ``clip`` of all."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        order = np.argsort(start, kind="stable")
+        self.start, self.end = start[order], end[order]
+        # ends in start order, running max: intervals before the first running max > lo end by lo
+        self._reach = np.maximum.accumulate(self.end) if len(self.end) else self.end
+
+    def within(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        i = int(np.searchsorted(self._reach, lo, side="right"))
+        j = int(np.searchsorted(self.start, hi, side="left"))
+        return self.start[i:j], self.end[i:j]
 
 
 def exclusive_lengths(layers: list[tuple[np.ndarray, np.ndarray]], lo: float, hi: float) -> list[float]:

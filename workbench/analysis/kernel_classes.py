@@ -299,10 +299,11 @@ def compact(e: Efficiency) -> Efficiency:
     answered next to the trace before compaction (see workbench.reduce)."""
     k = e.kernels
     if not k.empty:
-        k = (k.assign(calls=1, name=k["name"].astype(str))
+        k = (k.assign(calls=1)
              .groupby(COMPACT_KEYS, sort=False, observed=True, dropna=False)
              .agg(dur_us=("dur_us", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"), calls=("calls", "sum"))
              .reset_index())
+        k["name"] = k["name"].astype(str)
     ops = e.ops
     if not ops.empty and "dtype" in ops:
         ops = ops.groupby("dtype", sort=False, observed=True)["flops"].sum().reset_index()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.intervals import str_mask
 from workbench.analysis.flops import gpu_launches, op_flops
 from workbench.analysis.steps import DATALOADER, step_windows
 from workbench.load.trace import Trace
@@ -132,15 +133,15 @@ def weight_shapes(trace: Trace, windows: pd.DataFrame | None = None) -> pd.DataF
     ev = trace.events
     if "op_args" not in ev:
         return pd.DataFrame(columns=PARAM_COLUMNS)
-    names = ev["name"].astype(str)
-    bwd = ev[names.str.startswith(BACKWARD_NODE).to_numpy() & (ev["ts_us"] >= lo).to_numpy() & (ev["ts_us"] < hi).to_numpy()]
+    bwd = ev[str_mask(ev["name"], lambda c: c.str.startswith(BACKWARD_NODE)) & (ev["ts_us"] >= lo).to_numpy()
+             & (ev["ts_us"] < hi).to_numpy()]
     fwd_end = float(bwd["ts_us"].min()) if not bwd.empty else hi
     ops = op_flops(trace, windows)
     # op_flops keeps only the outermost counted op (a CPU conv's inner addmm is not a second weight)
     ops = ops[(ops["ts_us"] >= lo) & (ops["ts_us"] < fwd_end) & ops["name"].isin(["aten::addmm", "aten::mm", "aten::convolution", "aten::_scaled_mm"])]
     # a DataLoader's per-sample transform (num_workers=0) multiplies on the main thread too: its
     # matrices are data, not weights (traces/ddp_slow_data: 32 such 128×128 mm per step)
-    dl = ev[names.str.match(DATALOADER.pattern).to_numpy()]
+    dl = ev[str_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))]
     if not dl.empty and not ops.empty:
         starts, ends = dl["ts_us"].to_numpy(), (dl["ts_us"] + dl["dur_us"]).to_numpy()
         ts = ops["ts_us"].to_numpy()

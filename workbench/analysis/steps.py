@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.comm import blocked_waits
-from workbench.analysis.intervals import cat_mask, exclusive_lengths
+from workbench.analysis.intervals import Spans, cat_mask, exclusive_lengths
 from workbench.load.trace import Trace
 
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -206,9 +206,10 @@ def step_breakdown(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     rank = trace.rank if rank is None else rank
     windows = step_windows(trace)
     labels, layers = category_layers(trace)
+    spans = [Spans(s, e) for s, e in layers]
     rows = []
     for step, lo, hi, host_lo, host_hi in windows[["step", "start_us", "end_us", "host_start_us", "host_end_us"]].itertuples(index=False):
-        lengths = exclusive_lengths(layers, lo, hi)
+        lengths = exclusive_lengths([sp.within(lo, hi) for sp in spans], lo, hi)
         row = dict.fromkeys(CATEGORIES, 0.0)
         for label, us in zip(labels, lengths[:-1]):
             row[label] += us / 1e3

@@ -54,6 +54,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.intervals import str_mask
 from workbench.analysis.flops import gpu_launches
 from workbench.analysis.kernel_classes import Efficiency, efficiency
 from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
@@ -197,7 +198,7 @@ def unfused_elementwise(ctx: Context) -> Diagnosis | None:
 def _optimizer_kernels(trace, kernels: pd.DataFrame) -> pd.DataFrame:
     """``kernels`` rows launched inside an ``Optimizer.step#…`` range, with that range's index as ``opt``."""
     ev = trace.events
-    m = ev["name"].astype(str).str.startswith("Optimizer.step#").to_numpy() & ~ev["is_gpu"].to_numpy()
+    m = str_mask(ev["name"], lambda c: c.str.startswith("Optimizer.step#")) & ~ev["is_gpu"].to_numpy()
     if not m.any():
         return kernels.iloc[:0].assign(opt=pd.Series(dtype=np.int64))
     spans = pd.DataFrame({"tid": ev["tid"].to_numpy()[m], "ts_us": ev["ts_us"].to_numpy()[m],
@@ -269,7 +270,7 @@ SOFTMAX_KERNEL = re.compile(r"softmax_warp_(?:forward|backward)<[^,<>]+, [^,<>]+
 def _eager(k: pd.DataFrame, steps: int, step_ms: float):
     """Eager attention: its softmax over the score matrix (what flash attention never writes).
     Saved ≥ the softmax kernels' time (flash also drops the masking and the scores' HBM traffic)."""
-    m = k[k["name"].astype(str).str.contains(SOFTMAX_KERNEL)]
+    m = k[str_mask(k["name"], lambda c: c.str.contains(SOFTMAX_KERNEL))]
     if m.empty:
         return None
     ms = _per_step_ms(m, steps)
@@ -281,7 +282,7 @@ def _eager(k: pd.DataFrame, steps: int, step_ms: float):
 def layout_conversion(ctx: Context) -> Diagnosis | None:
     def saved_of(e, steps, step_ms, r):
         k = e.kernels
-        m = k[k["name"].astype(str).str.contains(LAYOUT_KERNEL)]
+        m = k[str_mask(k["name"], lambda c: c.str.contains(LAYOUT_KERNEL))]
         if m.empty:
             return None
         ms = _per_step_ms(m, steps)
@@ -305,7 +306,7 @@ def stale_gemm_kernels(ctx: Context) -> Diagnosis | None:
     def saved_of(e, steps, step_ms, r):
         k = e.kernels
         gemm = k[k["class"] == "gemm_tensor_core"]
-        stale = gemm["name"].astype(str).str.contains(STALE_GEMM)
+        stale = str_mask(gemm["name"], lambda c: c.str.contains(STALE_GEMM))
         if not stale.any():
             return None
         s, rest = gemm[stale], gemm[~stale]
