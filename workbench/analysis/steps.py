@@ -39,7 +39,7 @@ from workbench.load.trace import Trace
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
 BREAKDOWN_COLUMNS = ["rank", "step", "start_us", "end_us", "step_ms", *[f"{c}_ms" for c in CATEGORIES], "host_step_ms"]
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+PROFILER_STEP = re.compile(r"^ProfilerStep#([0-9]{1,18})$")  # int64: a longer number is not a step
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 # NCCL/RCCL kernels (collectives and point-to-point ``SendRecv`` alike), symmetric-memory and
 # NVSHMEM kernels, custom all-reduce kernels (vLLM's cross_device_reduce); any stream
