@@ -1,0 +1,812 @@
+"""Scale benchmarks (issue 12, item 4 a–d): workbench vs HTA on a 1 GB trace and a 256-rank run,
+the cached reopen, and how time and memory grow with events and with ranks.
+
+    python benchmarks/scale.py big    --json big.json       # (a) ≥ 1 GB / ≥ 3M-event trace, vs HTA
+    python benchmarks/scale.py ranks  --json ranks.json     # (b) 256 ranks × 23 MB, (c) cached reopen
+    python benchmarks/scale.py curves --json curves.json    # (d) figures in benchmarks/figures/
+    python benchmarks/scale.py all    --json scale.json > block.md   # everything, a BENCHMARKS.md block
+
+Every tool runs as a whole process (``python -m workbench analyze --json RUN``; HTA's
+``TraceAnalysis`` + temporal + idle-time breakdown, the script of ``analyze_vs_hta.py``), timed by
+wall clock and watched by a sampler that sums the RSS of the process *and all its descendants*
+every 50 ms (their PSS every 0.5 s). GNU ``time``'s "maximum resident set size" is not enough
+here: it is ``ru_maxrss`` of ``wait4``, the largest *single* process of the tree (checked: a
+100 MB parent with two 300 MB children at once reads 315 MB; the sampler, 760 MB), so a worker
+pool would look as small as one worker. RSS summed over processes counts pages they share (the
+interpreter, pages a forked child has not written) once per process: an upper bound. PSS splits
+shared pages between the processes that map them: the fair total. Both are reported;
+``max_proc_rss`` is GNU time's number.
+
+Data (never in the repo; ``--out DIR``, default a temp dir, deleted afterwards unless ``--keep``):
+
+- ``big``: ``analyze_vs_hta.build`` replicates the profiled steps of a committed one-H200 trace
+  captured with shapes and memory (``traces/gpu_fixed_data``: ``[memory]`` instant events, "Input
+  Dims" on every op) into one Kineto-layout ``rank0.pt.trace.json`` of ≥ 3M events and ≥ 1 GB.
+- ``ranks``: a run directory of N ranks (default 256), each ``rank{r}.pt.trace.json.gz`` the real
+  23 MB (decompressed) trace of ``traces/gpu_slow_data`` with ``distributedInfo`` rank r / world
+  size N, plus the source run's per-rank CSVs and its manifest with ``world_size`` N (``--bare``:
+  traces only). The ranks share ``baseTimeNanoseconds``. Each file is one gzip member whose
+  deflate stream is a per-rank header, the body compressed once for all ranks and a per-rank tail
+  (deflate blocks concatenate at a sync flush; the CRC is recomputed per file), so 256 files take
+  seconds, not 256 compressions.
+- ``curves``: the same builders at several sizes.
+
+Flags ``--workers`` and ``--no-cache`` of ``workbench analyze`` are used when its ``--help`` lists
+them; without them (the CLI before issue 12) every run is serial and uncached and the JSON says so.
+A cold run also deletes ``RUN/.workbench-cache``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from analyze_vs_hta import HTA_SCRIPT, ROOT, build  # noqa: E402  (the replicator and HTA's script)
+
+FIGURES = Path(__file__).resolve().parent / "figures"
+CACHE_DIR = ".workbench-cache"
+SAMPLE_S = 0.05  # RSS period: a 50 ms spike can be missed, not a worker's lifetime
+# PSS reads /proc/PID/smaps_rollup, which walks the page tables under the process's mmap lock:
+# ~5 ms for a 3 GB process, ~17 ms for HTA's 3 processes on 8 ranks, and HTA's 12 GB tree on 256
+# ranks took the sampler 277 CPU-s in 1,005 s at a fixed 0.5 s. So PSS is read at most every
+# 0.5 s and at least PSS_COST_RATIO × its own cost apart (≤ 2 % of a core; the JSON's
+# sampler_cpu_s says what the sampler cost). The tree and its RSS (statm) cost ~0.3 ms a sample.
+PSS_EVERY_S = 0.5
+PSS_COST_RATIO = 50
+MiB = 2**20
+
+# Goals of issue 12, item 4.
+BIG_SPEEDUP = 20.0  # workbench ≥ 20× faster than HTA on the 1 GB trace
+BIG_MEM_FRACTION = 0.25  # at ≤ ¼ of HTA's peak memory
+BIG_WB_RSS = 1 << 30  # and under 1 GiB itself
+REOPEN_S = 1.0  # a cached 256-rank run reopens in ≤ 1 s
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring a whole process tree
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size (bytes) from /proc/PID/smaps_rollup; 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc/PID/task/TID/children (a few reads; psutil's
+    ``children()`` scans every process of the machine, ~7 ms a call)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def measure(cmd: list[str], *, timeout_s: float | None = None, mem_cap: int | None = None,
+            as_limit: int | None = None, stdout_path: Path | None = None) -> dict[str, Any]:
+    """Run ``cmd`` in its own session and measure it as a tree.
+
+    Returns wall_s, peak_rss (sum over the tree, every 50 ms; at least GNU time's number),
+    peak_pss (sum, ≥ 0.5 s apart; None with fewer than 3 samples, as for a sub-second process),
+    max_proc_rss (largest single process: GNU time's number), max_procs, rc and status: ``ok``, ``failed`` (non-zero exit), ``timeout``
+    (killed after ``timeout_s``) or ``memory cap`` (killed when the tree's RSS passed
+    ``mem_cap``). ``as_limit`` sets RLIMIT_AS (address space, bytes) on every process of the tree,
+    as ``prlimit --as`` would, so an allocation past it fails inside the tool (MemoryError).
+    stdout goes to ``stdout_path`` (or is discarded); stderr's last 2,000 characters are kept.
+    """
+    out_f = open(stdout_path, "wb") if stdout_path else open(os.devnull, "wb")
+    err_f = tempfile.TemporaryFile()
+
+    def limit() -> None:
+        if as_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("WORKBENCH_CACHE_DIR", None)  # the cache goes next to the run, where cold runs delete it
+    load = os.getloadavg()[0]  # other jobs on a shared machine skew the wall time: say how busy it was
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, cwd=ROOT, env=env, start_new_session=True,
+                            preexec_fn=limit if as_limit else None)
+    peak = {"rss": 0, "pss": 0, "pss_n": 0, "procs": 0, "cpu_s": 0.0}
+    killed: list[str] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        next_pss = 0.0
+        while not done.is_set():
+            tree = _tree(proc.pid)
+            rss = sum(_rss(p) for p in tree)
+            if time.perf_counter() >= next_pss:
+                c0 = time.thread_time()
+                peak["pss"] = max(peak["pss"], sum(_pss(p) for p in tree))
+                peak["pss_n"] += 1
+                next_pss = time.perf_counter() + max(PSS_EVERY_S, PSS_COST_RATIO * (time.thread_time() - c0))
+            peak["rss"] = max(peak["rss"], rss)
+            peak["procs"] = max(peak["procs"], len(tree))
+            peak["cpu_s"] = time.thread_time()
+            why = ("timeout" if timeout_s and time.perf_counter() - t0 > timeout_s
+                   else "memory cap" if mem_cap and rss > mem_cap else None)
+            if why and not killed:
+                killed.append(why)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            done.wait(SAMPLE_S)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done.set()
+    sampler.join()
+    try:  # workers the tool left behind would otherwise outlive the measurement
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    out_f.close()
+    err_f.seek(0)
+    err = err_f.read().decode(errors="replace")[-2000:]
+    err_f.close()
+    status_word = killed[0] if killed else ("ok" if proc.returncode == 0 else "failed")
+    # a process shorter than a few samples can peak between them: the largest process (wait4) bounds
+    # the tree's sum from below
+    return {"wall_s": round(wall, 3), "peak_rss": max(peak["rss"], ru.ru_maxrss * 1024),
+            "peak_pss": peak["pss"] if peak["pss_n"] >= 3 else None, "pss_samples": peak["pss_n"],
+            "max_proc_rss": ru.ru_maxrss * 1024, "max_procs": max(peak["procs"], 1),
+            "sampler_cpu_s": round(peak["cpu_s"], 2), "rc": proc.returncode, "status": status_word,
+            "load_avg_1m": round(load, 2), "code": code_stamp(),
+            "stderr_tail": err.strip().splitlines()[-1] if err.strip() else ""}
+
+
+def code_stamp() -> str:
+    """HEAD and a digest of uncommitted changes under workbench/: other sessions commit while a
+    long run goes on, and a table must not mix versions unawares."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        diff = subprocess.run(["git", "diff", "HEAD", "--", "workbench"], capture_output=True, cwd=ROOT).stdout
+    except OSError:
+        return "?"
+    return head + (f"+{zlib.crc32(diff):08x}" if diff else "")
+
+
+# --------------------------------------------------------------------------------------------
+# The tools
+
+
+def analyze_flags() -> set[str]:
+    """The options ``workbench analyze --help`` lists (to know whether --workers/--no-cache exist)."""
+    r = subprocess.run([sys.executable, "-m", "workbench", "analyze", "--help"], capture_output=True, text=True,
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return set(re.findall(r"--[a-z][a-z-]*", r.stdout))
+
+
+def run_workbench(run: Path, flags: set[str], *, workers: int | None = None, cold: bool = True,
+                  timeout_s: float | None = None, keep_json: Path | None = None) -> dict[str, Any]:
+    """``workbench analyze --json RUN`` measured; ``cold`` drops the cache first and passes
+    --no-cache (when the CLI has it). Adds the verdict's first line and the flags actually used."""
+    cmd = [sys.executable, "-m", "workbench", "analyze", "--json", str(run)]
+    if workers is not None and "--workers" in flags:
+        cmd += ["--workers", str(workers)]
+    if cold:
+        shutil.rmtree(run / CACHE_DIR, ignore_errors=True)
+        if "--no-cache" in flags:
+            cmd.append("--no-cache")
+    out = keep_json or Path(tempfile.mkstemp(suffix=".json")[1])
+    m = measure(cmd, timeout_s=timeout_s, stdout_path=out)
+    m["args"] = " ".join("RUN" if a == str(run) else a for a in cmd[4:])
+    if m["status"] == "ok":
+        doc = json.loads(out.read_text())
+        m["verdict"] = str(doc.get("verdict", "")).splitlines()[0][:160]
+        m["ranks_analysed"] = len((doc.get("summary") or {}).get("per_rank") or []) or None
+        m["warnings"] = (doc.get("run") or {}).get("warnings", [])[:3]
+    if keep_json is None:
+        out.unlink()
+    return m
+
+
+# HTA 0.6.1 under pandas 3 raises on traces whose correlation ids fit in int16 and that hold more
+# than 32,767 events (traces/gpu_slow_data, as captured: "Invalid value [...] for dtype 'int16'"):
+# its parser downcasts `correlation`, `transform_correlation_to_index` copies that dtype to
+# `index_correlation` and then stores row indices in it, which pandas 3 refuses instead of
+# upcasting. When stock HTA fails that way, it is run again with this one cast added (the column
+# widened to int64 before that function), so the comparison measures HTA's work, not the bug.
+HTA_PANDAS3_FIX = r"""
+import hta.common.trace as _t
+_orig = _t.transform_correlation_to_index
+def _wide(df, symbol_table):
+    if "correlation" in df.columns:
+        df["correlation"] = df["correlation"].astype("int64")
+    return _orig(df, symbol_table)
+_t.transform_correlation_to_index = _wide
+"""
+
+
+def run_hta(trace_dir: Path, *, timeout_s: float, mem_cap: int) -> dict[str, Any]:
+    """HTA (load + temporal + idle-time breakdown) on ``trace_dir``, killed past ``timeout_s`` or
+    when its tree's RSS passes ``mem_cap``; each process also gets RLIMIT_AS = ``mem_cap``. Stock
+    HTA first; on the pandas-3 int16 error, again with :data:`HTA_PANDAS3_FIX` (``stock`` then
+    holds the stock run's measurement)."""
+    stock = None
+    for script in (HTA_SCRIPT, HTA_PANDAS3_FIX + HTA_SCRIPT):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            m = measure([sys.executable, "-c", script, str(trace_dir)], timeout_s=timeout_s, mem_cap=mem_cap,
+                        as_limit=mem_cap, stdout_path=Path(out.name))
+            text = Path(out.name).read_text().strip()
+        m["pandas3_fix"] = stock is not None
+        if stock is not None:
+            m["stock"] = stock
+        if m["status"] == "ok" and text:
+            h = json.loads(text.splitlines()[-1])
+            m["split_pct"] = {k: round(h[k], 2) for k in ("compute_pct", "idle_pct", "non_compute_pct")}
+        if stock is not None or not (m["status"] == "failed" and "for dtype 'int16'" in m["stderr_tail"]):
+            return m
+        stock = {k: m[k] for k in ("wall_s", "peak_rss", "status")} | {"error": m["stderr_tail"][-160:]}
+    return m
+
+
+# What the app and `workbench compare` do on a run opened before: analysis from the per-rank
+# summaries cached as Parquet (the CLI's reopen instead prints the cached result JSON).
+SUMMARY_REOPEN = r"""
+import json, sys
+from workbench.verdict import analyze_run
+print(json.dumps(json.loads(json.dumps(analyze_run(sys.argv[1]).to_json(), default=str))))
+"""
+
+
+def same_json(a: Path, b: Path) -> bool:
+    return json.loads(a.read_text()) == json.loads(b.read_text())
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+
+
+def _gzip_header() -> bytes:
+    return b"\x1f\x8b\x08\x00" + struct.pack("<I", int(time.time())) + b"\x00\xff"
+
+
+def _deflate(data: bytes, final: bool, level: int = 6) -> bytes:
+    """Raw deflate blocks of ``data``. Not final: ends at a sync flush (byte-aligned, not the last
+    block), so more blocks may follow; back-references stay inside ``data``, so the blocks are
+    valid after any preceding output."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return c.compress(data) + c.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+
+
+def _split_trace(text: bytes) -> tuple[bytes, bytes, bytes]:
+    """(header up to the events, the events, the tail after them) of a Kineto JSON text."""
+    m = re.search(rb'"traceEvents"\s*:\s*\[', text)
+    if not m:
+        sys.exit("source trace has no traceEvents array")
+    k = text.rfind(b'"traceName"')
+    k = k if k > m.end() else len(text)
+    return text[:m.start()], text[m.start():k], text[k:]
+
+
+def _rank_header(head: bytes, rank: int, world: int) -> bytes:
+    """``head`` with distributedInfo saying rank/world (and its process groups spanning the world)."""
+    line = re.search(rb'"distributedInfo"\s*:\s*(\{.*\}),\s*\n', head)
+    info: dict[str, Any] = {"backend": "nccl"}
+    if line:
+        info = json.loads(line.group(1))
+        head = head[:line.start()] + head[line.end():]
+    info.update(rank=rank, world_size=world)
+    for g in info.get("pg_config") or []:
+        if isinstance(g, dict) and g.get("pg_size") == 1:
+            g.update(pg_size=world, ranks=list(range(world)))
+    return head + b'"distributedInfo": ' + json.dumps(info).encode() + b",\n  "
+
+
+def source_text(src_dir: Path, min_mb: float, work: Path) -> tuple[bytes, str]:
+    """The decompressed rank-0 trace of ``src_dir``; replicated with the builder up to ``min_mb``
+    when smaller."""
+    f = sorted(src_dir.glob("rank0.pt.trace.json*"))[0]
+    text = gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()
+    if len(text) >= min_mb * 1e6:
+        return text, f"{f.relative_to(ROOT) if f.is_relative_to(ROOT) else f} as captured"
+    tmp = work / "replicated-source"
+    tmp.mkdir(parents=True, exist_ok=True)
+    out, n, steps = build(f, tmp, 0, min_mb)
+    text = out.read_bytes()
+    shutil.rmtree(tmp)
+    return text, f"{f.name} replicated to {steps} steps"
+
+
+def build_ranks(src_dir: Path, out: Path, world: int, *, min_mb: float = 20.0, bare: bool = False,
+                text: bytes | None = None) -> dict[str, Any]:
+    """Write a ``world``-rank run directory at ``out`` (see the module docstring). Reuses a
+    directory a previous ``--keep`` run built with the same parameters."""
+    params = {"source": str(src_dir), "world": world, "min_mb": min_mb, "bare": bare, "v": 1}
+    marker = out / ".scale-built.json"
+    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
+        return json.loads(marker.read_text())["info"]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    if text is None:
+        text, how = source_text(src_dir, min_mb, out.parent)
+    else:
+        how = "given"
+    head, body, tail = _split_trace(text)
+    body_z = _deflate(body, final=False)
+    for r in range(world):
+        h = _rank_header(head, r, world)
+        t = re.sub(rb"rank\d+\.pt\.trace", f"rank{r}.pt.trace".encode(), tail)
+        crc = zlib.crc32(t, zlib.crc32(body, zlib.crc32(h)))
+        with open(out / f"rank{r}.pt.trace.json.gz", "wb") as f:
+            f.write(_gzip_header())
+            f.write(_deflate(h, final=False))
+            f.write(body_z)
+            f.write(_deflate(t, final=True))
+            f.write(struct.pack("<II", crc & 0xFFFFFFFF, (len(h) + len(body) + len(t)) & 0xFFFFFFFF))
+    if not bare:
+        manifest = json.loads((src_dir / "manifest.json").read_text()) if (src_dir / "manifest.json").exists() else {}
+        if manifest:
+            entry = dict(manifest.get("ranks", {}).get("0", {}))
+            manifest.update(world_size=world, nproc_per_node=world, run_id=out.name,
+                            ranks={str(r): {**entry, "rank": r, "world_size": world, "local_rank": r} for r in range(world)})
+            (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        for kind in ("steps", "nvml"):
+            csv = src_dir / f"{kind}_rank0.csv"
+            if csv.exists():
+                for r in range(world):
+                    shutil.copyfile(csv, out / f"{kind}_rank{r}.csv")
+    info = {"ranks": world, "rank_mb": round((len(head) + len(body) + len(tail)) / 1e6, 2),
+            "rank_gz_mb": round((out / "rank0.pt.trace.json.gz").stat().st_size / 1e6, 2),
+            "total_gz_mb": round(sum(f.stat().st_size for f in out.glob("*.gz")) / 1e6, 1),
+            "events_per_rank": body.count(b'"ph"'), "source": how, "manifest": (out / "manifest.json").exists(),
+            "build_s": round(time.perf_counter() - t0, 1)}
+    marker.write_text(json.dumps({"params": params, "info": info}))
+    return info
+
+
+def build_big(src: Path, out: Path, min_events: int, min_mb: float) -> dict[str, Any]:
+    """One replicated single-rank trace at ``out/rank0.pt.trace.json`` (reused when a ``--keep``
+    run built it with the same parameters)."""
+    params = {"source": str(src), "min_events": min_events, "min_mb": min_mb, "v": 1}
+    marker = out / ".scale-built.json"
+    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
+        return json.loads(marker.read_text())["info"]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    f = sorted(src.glob("rank0.pt.trace.json*"))[0] if src.is_dir() else src
+    trace, n_events, n_steps = build(f, out, min_events, min_mb)
+    info = {"events": n_events, "steps": n_steps, "mb": round(trace.stat().st_size / 1e6, 1),
+            "source": str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f),
+            "build_s": round(time.perf_counter() - t0, 1)}
+    marker.write_text(json.dumps({"params": params, "info": info}))
+    return info
+
+
+# --------------------------------------------------------------------------------------------
+# The subcommands
+
+
+def machine() -> dict[str, Any]:
+    import pandas
+
+    vm = psutil.virtual_memory()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        # the numbers belong to the working tree when it differs from the commit
+        dirty = subprocess.run(["git", "diff", "HEAD", "--shortstat", "--", "workbench"], capture_output=True, text=True,
+                               cwd=ROOT).stdout.strip()
+    except OSError:
+        commit, dirty = "", ""
+    try:
+        from importlib.metadata import version
+        hta_v = version("traceinsight")
+    except Exception:
+        hta_v = "?"
+    return {"cpus": os.cpu_count(), "ram_gib": round(vm.total / 2**30, 1), "python": platform.python_version(),
+            "pandas": pandas.__version__, "hta": hta_v, "commit": commit, "workbench_uncommitted": dirty, "platform": platform.platform()}
+
+
+def cmd_big(args, work: Path, flags: set[str]) -> dict[str, Any]:
+    d = work / "big"
+    info = build_big(args.source, d, args.min_events, args.min_mb)
+    print(f"big: {info['events']:,} events, {info['mb']:.0f} MB ({info['build_s']} s to build)", file=sys.stderr)
+    wb = run_workbench(d, flags, cold=True)
+    print(f"  workbench: {wb['wall_s']} s, {wb['peak_rss'] / MiB:.0f} MiB ({wb['status']})", file=sys.stderr)
+    res: dict[str, Any] = {"trace": info, "workbench": wb}
+    if not args.skip_hta:
+        h = run_hta(d, timeout_s=args.hta_timeout, mem_cap=int(args.hta_mem_gb * 2**30))
+        print(f"  HTA: {h['wall_s']} s, {h['peak_rss'] / MiB:.0f} MiB ({h['status']})", file=sys.stderr)
+        res["hta"] = h
+        if wb["status"] == "ok" and h["status"] in ("ok", "timeout", "memory cap"):
+            # HTA stopped early: it would have taken longer, and needed at least what it held
+            bound = h["status"] != "ok"
+            pick = "peak_pss" if wb["peak_pss"] and h["peak_pss"] else "peak_rss"
+            speed, mem = h["wall_s"] / wb["wall_s"], wb[pick] / h[pick]
+            res["ratios"] = {"speedup": round(speed, 1), "memory_fraction": round(mem, 3), "memory_measure": pick,
+                             "hta_stopped_early": bound}
+            res["goals"] = {f"≥{BIG_SPEEDUP:.0f}× faster": speed >= BIG_SPEEDUP or None if bound else speed >= BIG_SPEEDUP,
+                            "≤¼ of HTA's memory": mem <= BIG_MEM_FRACTION or None if bound else mem <= BIG_MEM_FRACTION,
+                            "workbench < 1 GiB": wb["peak_rss"] < BIG_WB_RSS}
+    if not args.keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return res
+
+
+def _worker_counts(spec: str) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for w in spec.split(","):
+        n = os.cpu_count() or 1 if w.strip() == "all" else int(w)
+        label = f"{n} (all)" if n == os.cpu_count() else str(n)
+        if all(n != m for _, m in out):
+            out.append((label, n))
+    return out
+
+
+def cmd_ranks(args, work: Path, flags: set[str]) -> dict[str, Any]:
+    d = work / f"ranks_{args.ranks}"
+    info = build_ranks(args.rank_source, d, args.ranks, min_mb=args.min_rank_mb, bare=args.bare)
+    print(f"ranks: {info['ranks']} × {info['rank_mb']:.1f} MB ({info['total_gz_mb']} MB gz, {info['build_s']} s to build)",
+          file=sys.stderr)
+    res: dict[str, Any] = {"run": info, "cli_flags": sorted(f for f in flags if f in ("--workers", "--no-cache")),
+                           "workbench": []}
+    jsons = work / "json"
+    jsons.mkdir(exist_ok=True)
+    counts = _worker_counts(args.workers) if "--workers" in flags else [("serial (no --workers)", None)]
+    for label, n in counts:
+        m = run_workbench(d, flags, workers=n, cold=True, timeout_s=args.wb_timeout, keep_json=jsons / f"w{n}.json")
+        m["workers"] = label
+        res["workbench"].append(m)
+        print(f"  workbench --workers {label}: {m['wall_s']} s, tree RSS {m['peak_rss'] / MiB:.0f} MiB, "
+              f"PSS {_mib(m['peak_pss'])} MiB ({m['status']})", file=sys.stderr)
+    ok = [(m, jsons / f"w{n}.json") for m, (_, n) in zip(res["workbench"], counts) if m["status"] == "ok"]
+    if len(ok) > 1:
+        res["same_json_across_workers"] = all(same_json(ok[0][1], p) for _, p in ok[1:])
+    # (c) reopen: once to fill the cache, then timed (with the old CLI: the same cold work again)
+    fill = run_workbench(d, flags, cold=False, timeout_s=args.wb_timeout)
+    reopen = run_workbench(d, flags, cold=False, timeout_s=args.wb_timeout, keep_json=jsons / "reopen.json")
+    reopen["fill_wall_s"] = fill["wall_s"]
+    reopen["cache_supported"] = "--no-cache" in flags
+    reopen["cache_dir_mb"] = round(sum(f.stat().st_size for f in (d / CACHE_DIR).rglob("*") if f.is_file()) / 1e6, 1) \
+        if (d / CACHE_DIR).is_dir() else None
+    if ok and reopen["status"] == "ok":
+        reopen["same_json_as_cold"] = same_json(ok[0][1], jsons / "reopen.json")
+    if "--no-cache" in flags:
+        reopen["goal ≤ 1 s"] = reopen["wall_s"] <= REOPEN_S
+        # the summaries: the result JSON aside, the analysis itself from the Parquet cache
+        (d / CACHE_DIR / "analysis.json").unlink(missing_ok=True)
+        summ = measure([sys.executable, "-c", SUMMARY_REOPEN, str(d)], timeout_s=args.wb_timeout,
+                       stdout_path=jsons / "summaries.json")
+        if summ["status"] == "ok" and ok:
+            summ["same_json_as_cold"] = same_json(ok[0][1], jsons / "summaries.json")
+        reopen["from_summaries"] = summ
+        print(f"  reopen from the summaries: {summ['wall_s']} s, {summ['peak_rss'] / MiB:.0f} MiB", file=sys.stderr)
+    res["reopen"] = reopen
+    print(f"  reopen: {reopen['wall_s']} s, {reopen['peak_rss'] / MiB:.0f} MiB (fill {fill['wall_s']} s)", file=sys.stderr)
+    shutil.rmtree(d / CACHE_DIR, ignore_errors=True)
+    if not args.skip_hta:
+        h = run_hta(d, timeout_s=args.hta_timeout, mem_cap=int(args.hta_mem_gb * 2**30))
+        res["hta"] = h
+        print(f"  HTA: {h['wall_s']} s, tree RSS {h['peak_rss'] / MiB:.0f} MiB ({h['status']}: {h['stderr_tail'][:120]})",
+              file=sys.stderr)
+    shutil.rmtree(jsons, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return res
+
+
+def cmd_curves(args, work: Path, flags: set[str], known: dict[int, dict] | None = None) -> dict[str, Any]:
+    """Time and peak memory vs events (one rank) and vs ranks, at ``--curve-workers`` workers,
+    cold. ``known`` maps a rank count to a measurement already made with the same settings."""
+    n_workers = _worker_counts(args.curve_workers)[0][1]
+    res: dict[str, Any] = {"workers": n_workers if "--workers" in flags else "serial (no --workers)",
+                           "events": [], "ranks": []}
+    for millions in [float(x) for x in args.events.split(",")]:
+        d = work / f"events_{millions:g}M"
+        info = build_big(args.source, d, int(millions * 1e6), 0.0)
+        m = run_workbench(d, flags, workers=n_workers, cold=True, timeout_s=args.wb_timeout)
+        point = {"events": info["events"], "mb": info["mb"], "workbench": m}
+        if args.with_hta:
+            point["hta"] = run_hta(d, timeout_s=args.hta_timeout, mem_cap=int(args.hta_mem_gb * 2**30))
+        res["events"].append(point)
+        print(f"  {info['events']:,} events: {m['wall_s']} s, {m['peak_rss'] / MiB:.0f} MiB", file=sys.stderr)
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    text = None
+    for n in [int(x) for x in args.rank_sizes.split(",")]:
+        if known and n in known:
+            res["ranks"].append({"ranks": n, "workbench": known[n]})
+            continue
+        if text is None:
+            text, _ = source_text(args.rank_source, args.min_rank_mb, work)
+        d = work / f"ranks_{n}"
+        info = build_ranks(args.rank_source, d, n, min_mb=args.min_rank_mb, bare=args.bare, text=text)
+        m = run_workbench(d, flags, workers=n_workers, cold=True, timeout_s=args.wb_timeout)
+        res["ranks"].append({"ranks": n, "rank_mb": info["rank_mb"], "workbench": m})
+        print(f"  {n} ranks: {m['wall_s']} s, tree RSS {m['peak_rss'] / MiB:.0f} MiB", file=sys.stderr)
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    res["figures"] = plot(res, Path(args.figures))
+    return res
+
+
+def plot(res: dict[str, Any], where: Path) -> list[str]:
+    """scale_events.png and scale_ranks.png (wall time and peak memory vs size) and
+    scale_points.json under ``where``. matplotlib is for this benchmark only (not a dependency)."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "scale_points.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install matplotlib): points written, figures not drawn", file=sys.stderr)
+        return [str(where / "scale_points.json")]
+    files = [str(where / "scale_points.json")]
+    rank_mb = next((p["rank_mb"] for p in res["ranks"] if "rank_mb" in p), None)
+    each = f" ({rank_mb:.0f} MB trace each)" if rank_mb else ""
+    for key, xlabel, scale in (("events", "events in one rank's trace (millions)", 1e6), ("ranks", f"ranks{each}", 1)):
+        pts = [p for p in res[key] if p["workbench"]["status"] == "ok"]
+        if not pts:
+            continue
+        xs = [p[key] / scale for p in pts]
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+        a1.plot(xs, [p["workbench"]["wall_s"] for p in pts], "o-", label="workbench analyze")
+        a2.plot(xs, [p["workbench"]["peak_rss"] / MiB for p in pts], "o-", label="workbench: RSS summed over processes")
+        pss = [(x, p["workbench"]["peak_pss"] / MiB) for x, p in zip(xs, pts) if p["workbench"]["peak_pss"]]
+        a2.plot([x for x, _ in pss], [y for _, y in pss], "s--", label="workbench: PSS summed")
+        hta = [(x, p["hta"]) for x, p in zip(xs, pts) if p.get("hta", {}).get("status") == "ok"]
+        if hta:
+            a1.plot([x for x, _ in hta], [h["wall_s"] for _, h in hta], "^-", label="HTA")
+            a2.plot([x for x, _ in hta], [h["peak_rss"] / MiB for _, h in hta], "^-", label="HTA: RSS summed")
+        a1.set(xlabel=xlabel, ylabel="wall time (s)", title=f"time vs {key}")
+        a2.set(xlabel=xlabel, ylabel="peak memory (MiB)", title=f"peak memory vs {key}")
+        for a in (a1, a2):
+            a.grid(alpha=0.3)
+            a.set_ylim(bottom=0)
+            a.set_xlim(left=0)
+            a.legend(fontsize=8)
+        fig.suptitle(f"workbench analyze --json, cold, workers: {res['workers']}", fontsize=9)
+        fig.tight_layout()
+        f = where / f"scale_{key}.png"
+        fig.savefig(f, dpi=110)
+        plt.close(fig)
+        files.append(str(f))
+    return files
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _mib(b: int | None) -> str:
+    return "–" if b is None else f"{b / MiB:,.0f}"
+
+
+def _row(name: str, m: dict[str, Any]) -> str:
+    st = "" if m["status"] == "ok" else f" **{m['status']}** after"
+    return (f"| {name} |{st} {m['wall_s']:.2f} | {_mib(m['peak_rss'])} | {_mib(m['peak_pss'])} | "
+            f"{_mib(m['max_proc_rss'])} | {m['max_procs']} | {m['load_avg_1m']:.1f} |")
+
+
+HEAD = ("| run | wall (s) | peak RSS, tree sum (MiB) | peak PSS, tree sum (MiB) | largest process (MiB) | processes "
+        "| load avg at start |\n|---|---:|---:|---:|---:|---:|---:|")
+
+
+def _hta_note(h: dict[str, Any]) -> str | None:
+    if not h.get("pandas3_fix"):
+        return None
+    st = h["stock"]
+    return (f"\nStock HTA failed after {st['wall_s']:.1f} s ({st['error'][-90:].strip()}): HTA 0.6.1's int16 `correlation` "
+            "under pandas 3; the HTA row is HTA with that column widened to int64 (`HTA_PANDAS3_FIX` in the script).")
+
+
+def markdown(res: dict[str, Any]) -> str:
+    out = []
+    mc = res["machine"]
+    codes: list[str] = []
+
+    def walk(v: Any) -> None:  # every measurement's code stamp, in order
+        if isinstance(v, dict):
+            if "code" in v and v["code"] not in codes:
+                codes.append(v["code"])
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(res)
+    code = ("code version not recorded" if not codes else f"code {codes[0]}" if len(codes) == 1 else
+            f"**the measurements span {len(codes)} code versions** ({', '.join(codes)}: other sessions committed meanwhile)")
+    out.append(f"Machine: {mc['cpus']} cores, {mc['ram_gib']} GiB RAM (shared with other sessions' jobs: the load "
+               f"column says how busy), Python {mc['python']}, pandas {mc['pandas']}, HTA (traceinsight) {mc['hta']}; "
+               f"{code} (commit[+digest of uncommitted changes to workbench/]). Memory: RSS summed over the whole "
+               f"process tree every {SAMPLE_S * 1000:.0f} ms, PSS summed every ≥ {PSS_EVERY_S} s.\n")
+    if "big" in res:
+        b = res["big"]
+        t = b["trace"]
+        out.append(f"### (a) one {t['mb']:,.0f} MB trace, {t['events']:,} events ({t['steps']} steps of `{t['source']}`)\n")
+        out.append(HEAD)
+        out.append(_row("`workbench analyze --json` (cold)", b["workbench"]))
+        if "hta" in b:
+            out.append(_row("HTA load + temporal + idle-time breakdown", b["hta"]))
+            out.append(_hta_note(b["hta"]))
+        if "ratios" in b:
+            r = b["ratios"]
+            le, ge = ("≤ ", "≥ ") if r["hta_stopped_early"] else ("", "")
+            word = "PSS" if r["memory_measure"] == "peak_pss" else "RSS"
+            verdict = {True: "PASS", False: "FAIL", None: "unknown (HTA stopped early)"}
+            out.append(f"\nworkbench: **{ge}{r['speedup']}× faster** at **{le}{r['memory_fraction']:.2f}** of HTA's peak {word}. "
+                       "Goals: " + ", ".join(f"{k} {verdict[v]}" for k, v in b["goals"].items()) + ".")
+        out.append("")
+    if "ranks" in res:
+        r = res["ranks"]
+        run = r["run"]
+        out.append(f"### (b) {run['ranks']} ranks × {run['rank_mb']:.1f} MB ({run['events_per_rank']:,} events each, "
+                   f"{run['total_gz_mb']:,} MB gzipped; {run['source']})\n")
+        out.append(HEAD)
+        for m in r["workbench"]:
+            out.append(_row(f"`workbench analyze --json` cold, workers {m['workers']}", m))
+        if "hta" in r:
+            out.append(_row("HTA load + temporal + idle-time breakdown", r["hta"]))
+        if "same_json_across_workers" in r:
+            out.append(f"\nSame `--json` output for every worker count: {r['same_json_across_workers']}.")
+        if "hta" in r:
+            out.append(_hta_note(r["hta"]))
+            if r["hta"]["status"] != "ok":
+                out.append(f"HTA: {r['hta']['status']} ({r['hta']['stderr_tail'][-200:]}).")
+        re_ = r["reopen"]
+        out.append(f"\n### (c) reopening the {run['ranks']}-rank run\n")
+        out.append(HEAD)
+        out.append(_row("`workbench analyze --json` again" + (" (cached result)" if re_["cache_supported"] else " (no cache in this CLI)"), re_))
+        if "from_summaries" in re_:
+            out.append(_row("`analyze_run(RUN)` from the cached per-rank summaries (the app, compare)", re_["from_summaries"]))
+        extra = f"cache {re_['cache_dir_mb']} MB; " if re_.get("cache_dir_mb") is not None else ""
+        fs = re_.get("from_summaries", {}).get("same_json_as_cold")
+        out.append(f"\nFirst open {re_['fill_wall_s']} s; {extra}same JSON as cold: {re_.get('same_json_as_cold')}"
+                   + (f" (from the summaries: {fs})" if fs is not None else "")
+                   + (f"; goal ≤ {REOPEN_S:.0f} s: {'PASS' if re_['goal ≤ 1 s'] else 'FAIL'}" if "goal ≤ 1 s" in re_ else "") + ".\n")
+    if "curves" in res:
+        c = res["curves"]
+        out.append(f"### (d) growth (cold, workers: {c['workers']})\n")
+        out.append("| events | MB | wall (s) | peak RSS sum (MiB) | peak PSS sum (MiB) |" + (" HTA wall (s) | HTA RSS (MiB) |" if any("hta" in p for p in c["events"]) else ""))
+        out.append("|---:|---:|---:|---:|---:|" + ("---:|---:|" if any("hta" in p for p in c["events"]) else ""))
+        for p in c["events"]:
+            m = p["workbench"]
+            h = p.get("hta")
+            out.append(f"| {p['events']:,} | {p['mb']:,.0f} | {m['wall_s']:.2f} | {_mib(m['peak_rss'])} | {_mib(m['peak_pss'])} |"
+                       + (f" {h['wall_s']:.1f}{'' if h['status'] == 'ok' else ' ' + h['status']} | {_mib(h['peak_rss'])} |" if h else ""))
+        out.append("\n| ranks | wall (s) | s per rank | peak RSS sum (MiB) | peak PSS sum (MiB) |\n|---:|---:|---:|---:|---:|")
+        for p in c["ranks"]:
+            m = p["workbench"]
+            out.append(f"| {p['ranks']} | {m['wall_s']:.2f} | {m['wall_s'] / p['ranks']:.3f} | {_mib(m['peak_rss'])} | {_mib(m['peak_pss'])} |")
+        figs = [Path(f).name for f in c.get("figures", []) if f.endswith(".png")]
+        if figs:
+            out.append("\n" + " ".join(f"![{f}](benchmarks/figures/{f})" for f in figs))
+        out.append("")
+    return "\n".join(x for x in out if x is not None)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", type=Path, help="directory for the generated data (default: a temp dir); never the repo")
+    common.add_argument("--keep", action="store_true", help="keep the generated data (and reuse it on the next run with the same --out)")
+    common.add_argument("--json", type=Path, help="write the numbers to this file")
+    common.add_argument("--source", type=Path, default=ROOT / "traces/gpu_fixed_data",
+                        help="single-rank source for big/curves (shapes + memory; default traces/gpu_fixed_data)")
+    common.add_argument("--rank-source", type=Path, default=ROOT / "traces/gpu_slow_data",
+                        help="run dir whose rank 0 each rank copies (default traces/gpu_slow_data, 23 MB)")
+    common.add_argument("--min-rank-mb", type=float, default=20.0, help="replicate the rank source's steps up to this size first")
+    common.add_argument("--bare", action="store_true", help="ranks: traces only, no manifest or CSVs")
+    common.add_argument("--skip-hta", action="store_true")
+    common.add_argument("--hta-timeout", type=float, default=1800.0, help="seconds before HTA is killed (default 1800)")
+    common.add_argument("--hta-mem-gb", type=float, default=20.0,
+                        help="HTA is killed when its process tree's RSS passes this, and each process gets RLIMIT_AS of it (default 20)")
+    common.add_argument("--wb-timeout", type=float, default=1800.0)
+    common.add_argument("--min-events", type=int, default=3_000_000, help="big: events at least (default 3M)")
+    common.add_argument("--min-mb", type=float, default=1100.0, help="big: MB of JSON at least (default 1100, > 1 GiB)")
+    common.add_argument("--ranks", type=int, default=256, help="ranks: world size (default 256)")
+    common.add_argument("--workers", default="1,2,all", help="ranks: worker counts to time (default 1,2,all)")
+    common.add_argument("--events", default="0.25,0.5,1,2", help="curves: millions of events (default 0.25,0.5,1,2)")
+    common.add_argument("--rank-sizes", default="16,32,64,128,256", help="curves: world sizes (default 16,32,64,128,256)")
+    common.add_argument("--curve-workers", default="all", help="curves: workers (default all)")
+    common.add_argument("--with-hta", action="store_true", help="curves: HTA on the events curve too")
+    common.add_argument("--figures", default=str(FIGURES), help="curves: where the PNGs and points go")
+    rep = sub.add_parser("report", help="print the markdown block of JSON files written by --json (merged)")
+    rep.add_argument("files", type=Path, nargs="+")
+    for name, help_ in (("big", "(a) one ≥ 1 GB trace: workbench vs HTA"), ("ranks", "(b)+(c) a 256-rank run, workers, cached reopen, HTA"),
+                        ("curves", "(d) time and memory vs events and vs ranks, as figures"), ("all", "everything; a markdown block on stdout")):
+        sub.add_parser(name, parents=[common], help=help_)
+    args = p.parse_args()
+    if args.cmd == "report":
+        merged: dict[str, Any] = {}
+        for f in args.files:
+            merged = json.loads(f.read_text()) | merged
+        print(markdown(merged))
+        return
+
+    made = args.out is None
+    work = Path(tempfile.mkdtemp(prefix="wb-scale-")) if made else args.out.resolve()
+    if work.is_relative_to(ROOT):
+        sys.exit(f"--out {work} is inside the repository; use a directory outside it")
+    work.mkdir(parents=True, exist_ok=True)
+    flags = analyze_flags()
+    res: dict[str, Any] = {"machine": machine(), "analyze_flags": sorted(f for f in flags if f in ("--workers", "--no-cache"))}
+    def save() -> None:  # after each part, so a long `all` keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+    try:
+        if args.cmd in ("big", "all"):
+            res["big"] = cmd_big(args, work, flags)
+            save()
+        if args.cmd in ("ranks", "all"):
+            res["ranks"] = cmd_ranks(args, work, flags)
+            save()
+        if args.cmd in ("curves", "all"):
+            known = None
+            if "ranks" in res:  # the cold run at the curves' worker count is the curve's point
+                n = _worker_counts(args.curve_workers)[0][1]
+                hit = [m for m in res["ranks"]["workbench"] if m["workers"].split()[0] == str(n)] \
+                    or ([] if "--workers" in flags else res["ranks"]["workbench"])
+                known = {args.ranks: hit[0]} if hit else None
+            res["curves"] = cmd_curves(args, work, flags, known)
+    finally:
+        if made and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    save()
+    if args.cmd == "all":
+        print(markdown(res))
+    else:
+        print(json.dumps(res, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
