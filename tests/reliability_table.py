@@ -174,6 +174,13 @@ def observe(name: str, d: Path) -> Outcome:
 
 # Faults that need a real job, each covered by a test elsewhere: (fault, test node, asserted outcome).
 COVERED_ELSEWHERE: list[tuple[str, str, str]] = [
+    ("the run directory's disk fills up while capturing (a 48 KB tmpfs)",
+     "tests/test_disk_full.py::test_disk_full_while_capturing_keeps_training_and_what_was_written",
+     "exit 0 (the script's: it trains to the end); one line per file that could not be written (the trace, the status, "
+     "the manifest update), no traceback, no temporary file left; the manifest stays whole and the steps rows "
+     "already written are kept. A status file that did not fit reads as `ranks_died` in the manifest (not told apart yet)"),
+    ("the analysis cache's disk is full", "tests/test_disk_full.py::test_analysis_on_a_full_cache_disk_still_answers",
+     "exit 0 with the verdict; the cache is skipped"),
     ("script raises after the profiled cycle", "tests/test_profile.py::test_crash_keeps_completed_cycle_and_records_failure",
      "exit 1 (the script's); manifest `status: failed` with the error; the completed cycle's trace and steps kept; analyze exits 0"),
     ("script raises inside the profiled window", "tests/test_profile.py::test_crash_inside_the_profiled_window_keeps_the_partial_trace",

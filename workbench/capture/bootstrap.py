@@ -115,12 +115,17 @@ def run_script(script: str, argv: list[str]) -> int:
             "steps": session.step,
             "trace_written": session.trace_written,
             "trace_complete": session.trace_complete,
+            "write_error": getattr(session, "write_error", None),
             "end_unix_s": time.time(),
         }
         path = session.out / f"status_rank{session.rank}.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(status, indent=2))
-        os.replace(tmp, path)  # a status file is whole or absent: absent means the rank died
+        try:
+            tmp.write_text(json.dumps(status, indent=2))
+            os.replace(tmp, path)  # a status file is whole or absent: absent means the rank died
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            print(f"workbench: rank {session.rank}: could not write {path.name} ({e.strerror or e})", file=sys.stderr)
         guard.restore()
     return code
 

@@ -77,8 +77,13 @@ def default_run_dir(script: str, root: Path = Path("traces")) -> Path:
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     tmp = run_dir / (contract.MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(tmp, run_dir / contract.MANIFEST)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2, default=str))
+        os.replace(tmp, run_dir / contract.MANIFEST)  # whole or the previous one
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        print(f"workbench: could not update {run_dir / contract.MANIFEST} ({e.strerror or e}); the previous one is kept",
+              file=sys.stderr)
 
 
 def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tuple[int, int, int], config: dict | None = None,

@@ -128,10 +128,15 @@ class Sampler:
         while not self._stop.wait(self.interval_s):
             try:
                 self._writer.writerow(self.sample())
+            except OSError:  # the run directory's disk is full: stop sampling, keep training
+                return
             except Exception:  # a failing query must never take the training down
                 continue
             if time.monotonic() - last_flush > 1.0:
-                self._file.flush()
+                try:
+                    self._file.flush()
+                except OSError:
+                    return
                 last_flush = time.monotonic()
 
     def start(self) -> "Sampler":
@@ -142,7 +147,10 @@ class Sampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
-        self._file.flush()
-        self._file.close()
+        try:
+            self._file.flush()
+            self._file.close()
+        except OSError:  # disk full: the rows already on disk stay
+            pass
         if self.backend is not None:
             self.backend.close()

@@ -145,6 +145,10 @@ class CaptureSession:
         self.step = 0
         self.trace_complete = False
         self.trace_written = False
+        self.write_error: str | None = None
+        self._rows_failed = False
+        """The first write into the run directory that failed (disk full …): capture stops writing
+        that file and the training goes on."""
         self._metrics: dict[str, Any] = {}
         self._data_wait_s = 0.0
         self._step_start = time.time()
@@ -218,7 +222,11 @@ class CaptureSession:
             self._sampler = None
         if not self._steps_file.closed:
             self._write_rows(self._clock.flush())
-            self._steps_file.close()
+            try:
+                self._steps_file.close()
+            except OSError as e:  # the buffered rows could not be written (disk full)
+                if not self._rows_failed:
+                    self._write_failed(self._steps_file.name.rsplit("/", 1)[-1], e)
         _ACTIVE = None
 
     # ---- hooks -------------------------------------------------------------------------------
@@ -279,12 +287,25 @@ class CaptureSession:
         self._step_start, self._step_t0 = time.time(), time.perf_counter()
 
     def _write_rows(self, rows: list[tuple[dict[str, Any], float | None]]) -> None:
-        for row, gpu_ms in rows:
-            if gpu_ms is not None:
-                row["gpu_step_ms"] = f"{gpu_ms:.3f}"
-            self._steps.writerow(row)
-        if rows:
-            self._steps_file.flush()
+        if self._rows_failed:
+            return
+        try:
+            for row, gpu_ms in rows:
+                if gpu_ms is not None:
+                    row["gpu_step_ms"] = f"{gpu_ms:.3f}"
+                self._steps.writerow(row)
+            if rows:
+                self._steps_file.flush()
+        except OSError as e:
+            self._rows_failed = True
+            self._write_failed(f"steps_rank{self.rank}.csv", e)
+
+    def _write_failed(self, what: str, e: OSError) -> None:
+        """One line on stderr for the first failed write; the training is never stopped by it."""
+        msg = f"could not write {what} in {self.out} ({e.strerror or e}); the training goes on without it"
+        if self.write_error is None:
+            self.write_error = msg
+        print(f"workbench: rank {self.rank}: {msg}", file=sys.stderr, flush=True)
 
     def _patch_dataloader(self) -> None:
         from torch.utils.data import dataloader
@@ -315,12 +336,21 @@ class CaptureSession:
         self.trace_complete = prof.step_num >= self.config.wait + self.config.warmup + self.config.active
         final = self.out / contract.trace_name(self.rank)
         tmp_json = self.out / f".rank{self.rank}.tmp.json"
-        prof.export_chrome_trace(str(tmp_json))
         tmp_gz = final.with_suffix(".gz.tmp")
-        with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=6) as dst:
-            _copy_naming_trace(src, dst, str(tmp_json), final.name)
-        os.replace(tmp_gz, final)
-        tmp_json.unlink()
+        try:
+            prof.export_chrome_trace(str(tmp_json))
+            with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=6) as dst:
+                _copy_naming_trace(src, dst, str(tmp_json), final.name)
+            os.replace(tmp_gz, final)
+            tmp_json.unlink()
+        except OSError as e:  # disk full, directory gone: the trace is lost, the training is not
+            kineto_tmp = tmp_json.with_name(tmp_json.name + ".tmp")  # Kineto writes here, then renames
+            if isinstance(e, FileNotFoundError) and not tmp_json.exists():
+                e = OSError(e.errno, "the profiler could not write it: is the disk full?")
+            for f in (tmp_json, tmp_gz, kineto_tmp):
+                f.unlink(missing_ok=True)
+            self._write_failed(final.name, e)
+            return
         self.trace_written = True
 
 
