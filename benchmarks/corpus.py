@@ -50,6 +50,7 @@ SOURCES = {
     "huggingface/pytorch-image-models": ("timm", "aa4b5850c1543fa488abf260f18390eda46cf85d"),
     # Too large to mirror here (1.3 GB): the one file was copied from the code index at this commit.
     "huggingface/transformers": ("transformers", "0680b54f24ae809e17f4a554d137f19807611caf"),
+    "karpathy/nanoGPT": ("nanogpt", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"),
 }
 EXTRACT = {
     "pytorch/examples": ["word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py",
@@ -60,11 +61,32 @@ EXTRACT = {
     "Lightning-AI/pytorch-lightning": ["examples/pytorch/basics/transformer.py",
                                        "examples/pytorch/bug_report/bug_report_model.py"],
     "huggingface/pytorch-image-models": ["benchmark.py", "timm"],
+    "karpathy/nanoGPT": ["train.py", "model.py", "configurator.py", "bench.py"],
 }
 
 # Per-entry wall limit: a GPU entry must fit the lead's single 8-minute device call with the others.
 GPU_TIMEOUT_S = 60
 CPU_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timer:
+    """How a self-timed script prints its own step time (issue 16, item 5), read from its console.
+
+    ``regex`` has two groups, (step, value): the value is that step's own time (``per_step``,
+    nanoGPT's ``iter N: … time X ms``), or one group, (value,), the mean over ``steps`` (a
+    summary line such as bench.py's ``time per iteration: X ms``). ``unit_ms`` converts the value
+    to ms; ``offset`` maps the printed step number to the workbench's 0-based step index."""
+
+    regex: str
+    unit_ms: float = 1.0
+    offset: int = 0
+    steps: tuple[int, int] | None = None
+    """(first, last) workbench steps a one-group value covers, inclusive."""
+    mfu_regex: str | None = None
+    """One group: the script's own MFU in %, against ``mfu_peak_tflops`` and its FLOP formula."""
+    mfu_peak_tflops: float | None = None
+    mfu_formula: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +118,13 @@ class Entry:
     traced: bool = True
     """False: the run ends before the profiler's window completes, so there is no trace and
     analysis must refuse it with its one-line 'no trace' error rather than crash."""
+    timer: Timer | None = None
+    """The script's own timer printout (self-timed scripts, issue 16)."""
+    timeout_s: int | None = None
+    """Wall limit (default GPU_TIMEOUT_S / CPU_TIMEOUT_S): compiled runs need longer."""
+    max_steps: int | None = None
+    """``--max-steps N`` instead of ``--stop-after-profile``; self-timed scripts run past the
+    profiled window (their unprofiled steps are the comparison), or to their own end (0)."""
     why: str = ""
 
     @property
@@ -111,6 +140,15 @@ class Entry:
 _HF_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "TOKENIZERS_PARALLELISM": "false"}
 _HF_ARGS = ("--output_dir", "hf_out", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1")
+# nanoGPT's GPT-2 124M as the issue ran it: batch 12 x 1024, 4 micro-steps per optimizer step; one
+# evaluation (2 batches) at iteration 0, no checkpoint, no wandb; data = random GPT-2 tokens
+_NANOGPT_ARGS = ("--batch_size=12", "--gradient_accumulation_steps=4", "--max_iters=40", "--eval_iters=2",
+                 "--log_interval=1", "--always_save_checkpoint=False")
+# timm's benchmark.py: the mean of its 20 timed steps after 5 warm-up steps (it labels it ms/sample)
+_TIMM_TIMER = Timer(regex=r"Train benchmark of \S+ done\. [\d.]+ samples/sec, ([\d.]+) ms/sample", steps=(5, 24))
+_NANOGPT_TIMER = Timer(regex=r"iter (\d+): loss [\d.]+, time ([\d.]+)ms", mfu_regex=r"mfu (-?[\d.]+)%",
+                       mfu_peak_tflops=312.0, mfu_formula="6N + 12LHQT per token (PaLM), N without position embeddings; "
+                       "a running mean (0.9/0.1) from iteration 5")
 
 ENTRIES: list[Entry] = [
     # --- this CPU machine (torch 2.13 CPU, gloo) ---
@@ -151,6 +189,7 @@ ENTRIES: list[Entry] = [
     Entry(name="timm_bench_train_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
                         "--num-bench-iter", "20"),
+          timer=_TIMM_TIMER, max_steps=0,
           expect=("unfused_elementwise",), expect_absent=("dataloader_stall", "fp32_matmul"),
           why="timm's own train benchmark (synthetic input, AMP, timm optimizer factory): bf16 convolutions; "
               "batch norm and activations are the memory-bound share torch.compile would fuse"),
@@ -171,6 +210,7 @@ ENTRIES: list[Entry] = [
     Entry(name="timm_bench_train_cl_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
                         "--num-bench-iter", "20", "--channels-last"),
+          timer=_TIMM_TIMER, max_steps=0,
           expect_absent=("layout_conversion", "dataloader_stall"),
           why="timm_bench_train_gpu with --channels-last, the fix layout_conversion names"),
     Entry(name="hf_trainer_b64_gpu", repo="huggingface/transformers", path="tests/trainer/distributed/scripts/train.py",
@@ -182,6 +222,29 @@ ENTRIES: list[Entry] = [
     Entry(name="word_lm_b160_gpu", repo="pytorch/examples", path="word_language_model/main.py", kind="gpu", gpus=1,
           args=("--accel", "--epochs", "1", "--log-interval", "50", "--batch_size", "160"), steps_from="backward",
           why="word_lm_gpu with 8x the batch (default 20), the fix host_bound names"),
+    # --- self-timed scripts (issue 16, item 5): they print their own step time (and MFU) ---
+    *(Entry(name=f"nanogpt_{tag}_gpu", repo="karpathy/nanoGPT", path="train.py", kind="gpu", gpus=1,
+            args=(*_NANOGPT_ARGS, *extra), timer=_NANOGPT_TIMER, timeout_s=timeout, max_steps=0,
+            why=f"nanoGPT's train.py, GPT-2 124M, batch 12 x 1024, 4 micro-steps, {what}; it prints its own "
+                "iteration time and an MFU against the A100's 312 TFLOP/s")
+      for tag, extra, timeout, what in (("bf16", ("--compile=False",), 90, "bf16 autocast, eager"),
+                                        ("fp32", ("--compile=False", "--dtype=float32"), 120, "fp32 (the script allows tf32 matmuls), eager"),
+                                        ("compile", ("--compile=True",), 240, "bf16 autocast, torch.compile"))),
+    Entry(name="nanogpt_bench_gpu", repo="karpathy/nanoGPT", path="bench.py", kind="gpu", gpus=1,
+          args=("--compile=False",), timeout_s=90, max_steps=0,
+          timer=Timer(regex=r"time per iteration: ([\d.]+)ms", steps=(10, 29), mfu_regex=r"MFU: ([\d.]+)%",
+                      mfu_peak_tflops=312.0, mfu_formula="6N + 12LHQT per token (PaLM), N without position embeddings"),
+          why="nanoGPT's bench.py: 10 burn-in steps, then the mean of 20 (steps 10-29) and their MFU"),
+    Entry(name="imagenet_j1_gpu", repo="pytorch/examples", path="imagenet/main.py", kind="gpu", gpus=1,
+          args=("-a", "resnet50", "--dummy", "-b", "128", "-j", "1", "--epochs", "1", "--print-freq", "1"),
+          timer=Timer(regex=r"Epoch: \[\d+\]\[\s*(\d+)/\d+\]\s+Time\s+([\d.]+)", unit_ms=1000.0, offset=-1),
+          expect=("dataloader_stall",), timeout_s=90, max_steps=40,
+          why="ResNet-50 with one DataLoader worker: FakeData + ToTensor per sample cannot keep up"),
+    Entry(name="imagenet_j8_gpu", repo="pytorch/examples", path="imagenet/main.py", kind="gpu", gpus=1,
+          args=("-a", "resnet50", "--dummy", "-b", "128", "-j", "8", "--epochs", "1", "--print-freq", "1"),
+          timer=Timer(regex=r"Epoch: \[\d+\]\[\s*(\d+)/\d+\]\s+Time\s+([\d.]+)", unit_ms=1000.0, offset=-1),
+          expect_absent=("dataloader_stall",), timeout_s=90, max_steps=40,
+          why="imagenet_j1_gpu with 8 workers, the fix dataloader_stall names"),
     Entry(name="fsdp2_example_gpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="gpu",
           gpus=2, nproc=2, args=("--mixed-precision",),
           why="FSDP2 fully_shard + MixedPrecisionPolicy over NCCL; needs 2 GPUs (nvidia-h200-x2)"),
@@ -217,6 +280,14 @@ def prepare(entries: list[Entry]) -> None:
         f.parent.mkdir(parents=True, exist_ok=True)
         if not f.exists():  # WikiText2 downloads only when the file is missing
             f.write_text(_text(400_000, 4))
+    if "karpathy/nanoGPT" in repos:
+        d = CORPUS / "nanogpt/data/openwebtext"
+        d.mkdir(parents=True, exist_ok=True)
+        import numpy as np
+
+        for split, n in (("train", 4_000_000), ("val", 400_000)):
+            if not (d / f"{split}.bin").exists():  # random GPT-2 token ids, as prepare.py's uint16 layout
+                np.random.default_rng(len(split)).integers(0, 50257, n, dtype=np.uint16).tofile(d / f"{split}.bin")
     if "huggingface/transformers" in repos:
         for e in entries:
             if e.repo == "huggingface/transformers":
@@ -260,6 +331,9 @@ def extract() -> None:
     for repo, paths in EXTRACT.items():
         folder, commit = SOURCES[repo]
         git_dir = MIRRORS / repo.replace("/", "+") / "repo"
+        if not git_dir.is_dir():
+            print(f"{repo}: no mirror at {git_dir} (fetch github:{repo} first); skipped")
+            continue
         dest = CORPUS / folder
         dest.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", commit, *paths], check=True,
@@ -279,7 +353,8 @@ def _gpu_count() -> int:
 
 
 def command(e: Entry, run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "workbench", "profile", "--stop-after-profile", "--out", str(run_dir),
+    stop = (["--max-steps", str(e.max_steps)] if e.max_steps else []) if e.max_steps is not None else ["--stop-after-profile"]
+    return [sys.executable, "-m", "workbench", "profile", *stop, "--out", str(run_dir),
             *(["--nproc-per-node", str(e.nproc)] if e.nproc > 1 else []), *e.profile_args,
             Path(e.path).name, *e.args]
 
@@ -306,7 +381,7 @@ def run(kind: str, out: Path, only: list[str] | None) -> list[dict]:
             # Own session so a timeout ends torchrun and every rank, not just the launcher.
             proc = subprocess.Popen(cmd, cwd=e.cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            timeout = GPU_TIMEOUT_S if kind == "gpu" else CPU_TIMEOUT_S
+            timeout = e.timeout_s or (GPU_TIMEOUT_S if kind == "gpu" else CPU_TIMEOUT_S)
             try:
                 code, timed_out = proc.wait(timeout=timeout), False
             except subprocess.TimeoutExpired:
@@ -361,11 +436,42 @@ def trim(src: Path, dest: Path, only: list[str] | None = None) -> None:
                 (out / f.name).write_text("".join(lines[:KEEP_CSV_ROWS + 1]))
             elif f.name == "console.log":
                 lines = f.read_text(errors="replace").splitlines(keepends=True)
-                (out / f.name).write_text(_no_machine_paths("".join(lines[-KEEP_LOG_LINES:])))
+                e = BY_NAME.get(run_dir.name)
+                # a self-timed script's own timer lines are kept whole: the tests read them
+                keep = [ln for ln in lines[:-KEEP_LOG_LINES] if e and e.timer and _timer_line(e.timer, ln)]
+                (out / f.name).write_text(_no_machine_paths("".join(keep + lines[-KEEP_LOG_LINES:])))
             elif f.suffix == ".json" and f.is_file():
                 shutil.copy(f, out / f.name)
         size = sum(p.stat().st_size for p in out.iterdir())
         print(f"{out}: {size / 1024:.0f} KiB")
+
+
+def _timer_line(t: Timer, line: str) -> bool:
+    return bool(re.search(t.regex, line) or (t.mfu_regex and re.search(t.mfu_regex, line)))
+
+
+def own_times(e: Entry, console: str) -> dict[str, object]:
+    """The script's own timing from its console: ``per_step`` {step: ms} or ``mean_ms`` over
+    ``steps``, and ``mfu_pct`` (the last figure it printed), per its :class:`Timer`."""
+    t = e.timer
+    out: dict[str, object] = {}
+    if t is None:
+        return out
+    rx = re.compile(t.regex)
+    per: dict[int, float] = {}
+    for line in console.splitlines():
+        m = rx.search(line)
+        if m and rx.groups == 2:
+            per[int(m.group(1)) + t.offset] = float(m.group(2)) * t.unit_ms
+        elif m:
+            out["mean_ms"], out["steps"] = float(m.group(1)) * t.unit_ms, t.steps
+    if per:
+        out["per_step"] = per
+    if t.mfu_regex:
+        found = re.findall(t.mfu_regex, console)
+        if found:
+            out["mfu_pct"] = float(found[-1])
+    return out
 
 
 def pack(src: Path, dest: Path) -> None:

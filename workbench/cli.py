@@ -72,6 +72,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _err(f"analysis interrupted; the run is kept: workbench analyze {run_dir}")
         return code
+    except ImportError as e:  # a capture-only machine (e.g. a GPU image without msgspec or pandas)
+        _err(f"no verdict here: analysis needs {e.name or e} (pip install workbench); the run is kept: "
+             f"workbench analyze {run_dir}")
+        return code
     con.print(f"next: [bold]workbench analyze {run_dir}[/] · [bold]streamlit run app.py -- --traces {run_dir.parent}[/]")
     return code
 

@@ -116,6 +116,7 @@ def run_script(script: str, argv: list[str]) -> int:
             "trace_written": session.trace_written,
             "trace_complete": session.trace_complete,
             "write_error": getattr(session, "write_error", None),
+            "capture_options": session.options(),
             "end_unix_s": time.time(),
         }
         path = session.out / f"status_rank{session.rank}.json"

@@ -1,4 +1,4 @@
-"""Step edges on the GPU's clock: one CUDA event recorded at every step edge, read later.
+"""Step edges on the GPU's clock: a CUDA event where each step starts and one where it ends, read later.
 
 The host's step time (optimizer step to optimizer step) is what the GPU did only when the loop
 syncs every step. A loop that never syncs (CUDA graphs, ``torch.compile(mode="reduce-overhead")``,
@@ -6,6 +6,12 @@ no ``.item()``) lets the host run up to a launch queue ahead: its steps take 8 m
 while the GPU needs 17 ms each. A CUDA event recorded on the current stream at each edge
 completes when the GPU gets there; the elapsed time between two consecutive events is the
 step's time on the GPU.
+
+Each step has its own start event, recorded after the capture's work at the previous edge (the
+row, the profiler's step, the trace export): the export can pause the host for seconds, and
+the GPU then idles between one step's end event and the next one's start event, in no step's
+time (issue 16: with one event per edge, that pause landed in the next step's GPU time). The
+pause is the row's ``capture_ms``.
 
 Cost: ``Event.record`` is an asynchronous launch (~2 µs); events are read with ``query()``,
 which never waits, so the stream is never stalled. A step's GPU time is known once its end
@@ -38,17 +44,18 @@ class DeviceStepClock:
         return ev
 
     def start(self) -> None:
-        """Mark the start of the first step (the capture's start), if CUDA is up already."""
+        """Mark the start of the next step (the capture's start, or after an edge's own work)."""
         self._last = self._event()
 
-    def edge(self, key: object) -> bool:
-        """A step edge: the step ``key`` ends here and the next one starts. False (nothing queued)
-        while CUDA is not in use; then the caller keeps the host's figure alone."""
+    def end(self, key: object) -> bool:
+        """The step ``key`` ends here, before the capture's own work at the edge; :meth:`start`
+        marks where the next one starts. False (nothing queued) while CUDA is not in use; then
+        the caller keeps the host's figure alone."""
         ev = self._event()
         if ev is None:
             return False
         self._pending.append((key, self._last, ev))
-        self._last = ev
+        self._last = None
         return True
 
     def ready(self) -> list[tuple[object, float | None]]:

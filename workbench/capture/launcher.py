@@ -156,6 +156,9 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
         steps_from=next((r["steps_from"] for r in by_rank if r.get("steps_from")), None),
         stopped=next((r["stopped"] for r in by_rank if r.get("stopped")), None),
     )
+    if isinstance(first.get("capture_options"), dict):
+        manifest["capture"] = {**(manifest.get("capture") or {}), **first["capture_options"]}
+    manifest["capture_overhead"] = _capture_overhead(run_dir, manifest)
     errors = [f"rank {r['rank']}: {r['error']}" for r in by_rank if r.get("error")]
     if died:
         manifest["ranks_died"] = died
@@ -165,6 +168,23 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
         manifest["error"] = errors[0]
     write_manifest(run_dir, manifest)
     return manifest
+
+
+def _capture_overhead(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The recorded steps against the unprofiled ones (:func:`workbench.overhead.capture_overhead`),
+    from the ranks' step rows; None when a run has not both (or its rows cannot be read)."""
+    import csv
+
+    from workbench.overhead import capture_overhead
+
+    rows = {}
+    for f in sorted(run_dir.glob("steps_rank*.csv")):
+        try:
+            with f.open(newline="") as fh:
+                rows[f.name] = list(csv.DictReader(fh))
+        except (OSError, csv.Error, UnicodeDecodeError):
+            continue
+    return capture_overhead(rows, warmup=(manifest.get("schedule") or {}).get("warmup"))
 
 
 def _rank_exit_code(run_dir: Path, fallback: int) -> int:

@@ -12,6 +12,7 @@ boundary by raising :class:`StopRun`. The engine may add loss / grad-norm / toke
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import json
 import os
@@ -68,6 +69,18 @@ class CaptureConfig:
     with_stack: bool = False
     """Python stacks: ~10x larger traces; off by default."""
     sample_interval_s: float = 0.1
+    profiler: bool = True
+    """Run torch.profiler at all (False: the step rows, sampler and hooks alone; for measuring
+    what the hooks cost, ``benchmarks/capture_cost.py``)."""
+    sampler: bool = True
+    """The NVML/psutil sampler thread."""
+    activities: str = "cpu,cuda"
+    """``cpu,cuda`` (ops, annotations and kernels) or ``cuda`` (kernels, copies and CUDA runtime
+    calls only: no op recording on the host)."""
+    fwd_bwd: bool = True
+    """Forward-backward flow events in the trace."""
+    trace_only: bool = False
+    """Skip building Python event objects when the window ends (torch ≥ 2.12)."""
     steps_from: str = "auto"
     """What ends a step: auto, optimizer, backward, annotation:NAME or time:SEC (see capture.steps)."""
     max_steps: int | None = None
@@ -86,9 +99,23 @@ class CaptureConfig:
         env = os.environ
         wait, warmup, active = (int(x) for x in env.get("WORKBENCH_SCHEDULE", "1,1,3").split(","))
         max_steps = env.get("WORKBENCH_MAX_STEPS", "")
+
+        def flag(name: str, default: bool) -> bool:
+            v = env.get(name, "")
+            return default if v == "" else v not in ("0", "false", "no", "off")
+
         return cls(out_dir=Path(env["WORKBENCH_RUN_DIR"]), wait=wait, warmup=warmup, active=active,
                    steps_from=env.get("WORKBENCH_STEPS_FROM") or "auto", max_steps=int(max_steps) if max_steps else None,
-                   stop_after_profile=env.get("WORKBENCH_STOP_AFTER_PROFILE") == "1")
+                   stop_after_profile=env.get("WORKBENCH_STOP_AFTER_PROFILE") == "1",
+                   record_shapes=flag("WORKBENCH_RECORD_SHAPES", _DEFAULTS["record_shapes"]),
+                   profile_memory=flag("WORKBENCH_PROFILE_MEMORY", _DEFAULTS["profile_memory"]),
+                   profiler=flag("WORKBENCH_CAPTURE_PROFILER", True), sampler=flag("WORKBENCH_CAPTURE_SAMPLER", True),
+                   activities=env.get("WORKBENCH_ACTIVITIES") or _DEFAULTS["activities"],
+                   fwd_bwd=flag("WORKBENCH_FWD_BWD", _DEFAULTS["fwd_bwd"]),
+                   trace_only=flag("WORKBENCH_TRACE_ONLY", _DEFAULTS["trace_only"]))
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CaptureConfig)}
 
 
 def dist_env() -> tuple[int, int, int]:
@@ -169,6 +196,13 @@ class CaptureSession:
         self._steps.writeheader()
         self._steps_file.flush()
 
+    def options(self) -> dict[str, Any]:
+        """What this rank's capture recorded (the manifest's ``capture`` gets rank 0's)."""
+        c = self.config
+        return {"profiler": c.profiler, "activities": c.activities, "record_shapes": c.record_shapes,
+                "profile_memory": c.profile_memory, "with_stack": c.with_stack, "fwd_bwd": c.fwd_bwd,
+                "trace_only": c.trace_only, "sampler": c.sampler}
+
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "CaptureSession":
         global _ACTIVE
@@ -182,19 +216,13 @@ class CaptureSession:
         _ACTIVE = self
         info = environment_info(self.rank, self.world_size, self.local_rank)
         _write_json_atomic(self.out / contract.env_name(self.rank), info)
-        backend = open_nvml(self.local_rank) if torch.cuda.is_available() else None
-        self._sampler = Sampler(self.out / contract.nvml_name(self.rank), backend, self.config.sample_interval_s).start()
+        if c.sampler:
+            backend = open_nvml(self.local_rank) if torch.cuda.is_available() else None
+            self._sampler = Sampler(self.out / contract.nvml_name(self.rank), backend, self.config.sample_interval_s).start()
         self._patch_dataloader()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        self._prof = profile(
-            activities=activities,
-            schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
-            on_trace_ready=self._trace_ready,
-            record_shapes=c.record_shapes,
-            profile_memory=c.profile_memory,
-            with_stack=c.with_stack,
-        )
-        self._prof.start()
+        if c.profiler:
+            self._prof = _profiler(c, self._trace_ready)
+            self._prof.start()
         self._source = make_source(c.steps_from, self._end_step, self._resolved,
                                    time_fallback=not (self.world_size > 1 and stopping), rank=self.rank)
         self._source.install()
@@ -255,36 +283,56 @@ class CaptureSession:
         self.stop()
         raise StopRun(reason)
 
+    def _phase(self) -> str:
+        """The profiler's phase during the step that is ending (contract.PROFILER_PHASES)."""
+        if self._prof is None:
+            return "off"
+        action = self._prof.current_action.name
+        return "record" if action.startswith("RECORD") else "warmup" if action == "WARMUP" else "off"
+
     def _write_row(self) -> None:
+        # The step ends here: its host time and its GPU end event are taken before any of the
+        # capture's own work (row, profiler step, trace export), which is the row's capture_ms.
         t = time.perf_counter()
-        profiled = self._prof is not None and self._prof.current_action.name.startswith("RECORD")
+        phase = self._phase()
         row: dict[str, Any] = {
             "step": self.step,
             "start_unix_s": f"{self._step_start:.6f}",
             "step_ms": f"{(t - self._step_t0) * 1e3:.3f}",
             "data_wait_ms": f"{self._data_wait_s * 1e3:.3f}",
-            "profiled": int(profiled),
+            "profiled": int(phase == "record"),
+            "profiler": phase,
         }
+        queued = self._clock.end(row)
         row.update(self._metrics)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            row["mem_allocated_bytes"] = torch.cuda.memory_allocated()
-            row["mem_reserved_bytes"] = torch.cuda.memory_reserved()
-            row["max_mem_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            # the allocator's own figures, peaks since the start (no profiler memory events
+            # needed; never reset: the script may read them itself). One nested-dict read: each
+            # torch.cuda.memory_allocated() & co. builds and flattens the whole stats dict
+            # (~0.25 ms each on an H200 host, 1 ms per step for four).
+            stats = torch.cuda.memory.memory_stats_as_nested_dict()
+            alloc, res = stats.get("allocated_bytes", {}).get("all", {}), stats.get("reserved_bytes", {}).get("all", {})
+            row["mem_allocated_bytes"] = alloc.get("current")
+            row["mem_reserved_bytes"] = res.get("current")
+            row["max_mem_allocated_bytes"] = alloc.get("peak")
+            row["max_mem_reserved_bytes"] = res.get("peak")
         if self._sampler is not None:
             row["rss_bytes"] = self._sampler._proc.memory_info().rss
-        if self._clock.edge(row):
+        self._metrics = {}
+        self._data_wait_s = 0.0
+        self.step += 1
+        if self._prof is not None:
+            self._prof.step()  # the trace export, when the window ends here: seconds on big steps
+        self._step_start, self._step_t0 = time.time(), time.perf_counter()
+        row["capture_ms"] = f"{(self._step_t0 - t) * 1e3:.3f}"
+        self._clock.start()  # the next step's GPU start, after the capture's own work
+        if queued:
             # written once the GPU has reached the step's end (a query, never a wait)
             ready = self._clock.ready()
             ready += self._clock.drop(self._clock.waiting() - MAX_UNWRITTEN_ROWS)
             self._write_rows(ready)
         else:
             self._write_rows([(row, None)])
-        self._metrics = {}
-        self._data_wait_s = 0.0
-        self.step += 1
-        if self._prof is not None:
-            self._prof.step()
-        self._step_start, self._step_t0 = time.time(), time.perf_counter()
 
     def _write_rows(self, rows: list[tuple[dict[str, Any], float | None]]) -> None:
         if self._rows_failed:
@@ -352,6 +400,26 @@ class CaptureSession:
             self._write_failed(final.name, e)
             return
         self.trace_written = True
+
+
+def _profiler(c: CaptureConfig, on_trace_ready) -> profile:
+    """torch.profiler as ``c`` asks. Process-wide switches are set here too: forward-backward
+    flow events (``fwd_bwd``: arrows linking forward ops to their backward, which analysis never
+    reads) follow ``c.fwd_bwd``; ``trace_only`` (torch ≥ 2.12) skips building Python event
+    objects at the window's end, which only ``export_chrome_trace`` needs not."""
+    cuda = torch.cuda.is_available()
+    activities = ([ProfilerActivity.CPU] if c.activities != "cuda" or not cuda else []) + ([ProfilerActivity.CUDA] if cuda else [])
+    if hasattr(torch._C._profiler, "_set_fwd_bwd_enabled_val"):
+        torch._C._profiler._set_fwd_bwd_enabled_val(c.fwd_bwd)
+    kwargs: dict[str, Any] = {}
+    if c.trace_only:
+        try:
+            kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(trace_only=True)
+        except TypeError:  # an older torch: events are built, as before
+            pass
+    return profile(activities=activities, schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
+                   on_trace_ready=on_trace_ready, record_shapes=c.record_shapes, profile_memory=c.profile_memory,
+                   with_stack=c.with_stack, **kwargs)
 
 
 def _copy_naming_trace(src, dst, tmp_path: str, name: str) -> None:
