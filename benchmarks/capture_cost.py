@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["round"] = r
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
+                if a.json:  # what was measured so far survives a run that is stopped
+                    a.json.parent.mkdir(parents=True, exist_ok=True)
+                    a.json.write_text(json.dumps({"script": script, "schedule": a.schedule, "runs": rows}, indent=1) + "\n")
     alone = _median([x.get("own_unprofiled_ms") for x in rows if x["variant"] == "alone"])
     table = []
     for name in variants:

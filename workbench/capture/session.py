@@ -64,8 +64,10 @@ class CaptureConfig:
     """Steps recorded into rank{r}.pt.trace.json.gz."""
     record_shapes: bool = True
     """Input shapes and dtypes: needed for collective sizes on gloo traces."""
-    profile_memory: bool = True
-    """[memory] events: the memory timeline and peak."""
+    profile_memory: bool = False
+    """[memory] events (the memory timeline inside a step). Off by default since issue 16: the
+    allocator's own peaks are in every step row (``max_mem_*_bytes``), and per-event records only
+    add host work to the recorded steps; ``--profile-memory`` turns them on."""
     with_stack: bool = False
     """Python stacks: ~10x larger traces; off by default."""
     sample_interval_s: float = 0.1
@@ -77,10 +79,10 @@ class CaptureConfig:
     activities: str = "cpu,cuda"
     """``cpu,cuda`` (ops, annotations and kernels) or ``cuda`` (kernels, copies and CUDA runtime
     calls only: no op recording on the host)."""
-    fwd_bwd: bool = True
-    """Forward-backward flow events in the trace."""
-    trace_only: bool = False
-    """Skip building Python event objects when the window ends (torch ≥ 2.12)."""
+    fwd_bwd: bool = False
+    """Forward-backward flow events in the trace (arrows analysis never reads; off since issue 16)."""
+    trace_only: bool = True
+    """Skip building Python event objects when the window ends (torch ≥ 2.12; older torch ignores it)."""
     steps_from: str = "auto"
     """What ends a step: auto, optimizer, backward, annotation:NAME or time:SEC (see capture.steps)."""
     max_steps: int | None = None
