@@ -120,7 +120,7 @@ class Analysis:
         if self.breakdown["rank"].nunique() > 1:
             sk = rank_skew(self.breakdown)
             out["straggler_work_ratio"] = float(sk["work_ratio"].max())
-        steady = steady_summary(ctx.steps)
+        steady = steady_summary(ctx.steps, warmup=(self.run.manifest.get("schedule") or {}).get("warmup"))
         if not steady.empty:
             out["steady_step_ms"] = steady_step_ms(steady)
             tps = tokens_per_s(steady)

@@ -41,13 +41,14 @@ def stall(analysis):
 
 def test_tokens_per_s_is_the_steady_steps_by_hand():
     df = pd.read_csv(TRACES / "case_gpu_2_preload_shm" / "steps_rank0.csv")
-    # by hand: steps 1..29 less the recorded 8..11 (25 steps of 16,384 tokens), host clock
-    steady = df[(df["step"] >= 1) & ~df["step"].isin([8, 9, 10, 11])]
-    assert len(steady) == 25
-    expected = 25 * 16384 / (steady["step_ms"].sum() / 1e3)
+    # by hand: steps 1..29 less the profiler's warm-up 6..7 and the recorded 8..11 (schedule 6,2,4:
+    # 23 steps of 16,384 tokens), host clock. Until issue 16 the warm-up steps counted (139,237).
+    steady = df[(df["step"] >= 1) & ~df["step"].isin([6, 7, 8, 9, 10, 11])]
+    assert len(steady) == 23
+    expected = len(steady) * 16384 / (steady["step_ms"].sum() / 1e3)
     m = analyze_run(TRACES / "case_gpu_2_preload_shm").metrics()
     assert m["tokens_per_s"] == pytest.approx(expected, rel=1e-4)
-    assert m["tokens_per_s"] == pytest.approx(139_237, abs=1)
+    assert m["tokens_per_s"] == pytest.approx(139_452, abs=1)  # RESULTS.md re-derived in issue 16
     assert m["steady_step_ms"] == pytest.approx(steady["step_ms"].mean(), abs=1e-3)
 
 
@@ -68,7 +69,10 @@ def test_compare_and_the_case_study_report_the_same_tokens_per_s():
 def test_steady_steps_are_timed_on_the_gpu_clock_where_captured():
     # the host runs ahead under CUDA graphs: its step_ms is not what the GPU did
     df = pd.read_csv(ROOT / "tests" / "analysis" / "data" / "gpu_host_ahead_graphs" / "steps_rank0.csv")
-    steady = df[(df["step"] >= 1) & (df["profiled"] == 0)]
+    # schedule 1,1,3: step 1 is the profiler's warm-up and steps 2-4 are recorded; this run
+    # predates capture_ms, so step 5's GPU time holds part of the trace export (14.5 ms against
+    # 4.6): none of them is a steady step (issue 16)
+    steady = df[(df["step"] >= 6) & (df["profiled"] == 0)]
     m = analyze_run(ROOT / "tests" / "analysis" / "data" / "gpu_host_ahead_graphs").metrics()
     assert m["steady_step_ms"] == pytest.approx(steady["gpu_step_ms"].mean(), rel=1e-4)
     assert m["steady_step_ms"] > 1.2 * steady["step_ms"].mean()

@@ -1,17 +1,19 @@
 """Steady-state step time and tokens/s from ``steps_rank{r}.csv``: the one definition that
-``Analysis.metrics()`` (``--json`` ``metrics``), ``workbench compare``, the app's Overview, the
-``dataloader_stall`` rule and the case studies share.
+``Analysis.metrics()`` (``--json`` ``metrics``), the job's step (:mod:`workbench.analysis.job`),
+``workbench compare``, the app's Overview, the ``dataloader_stall`` rule and the case studies share.
 
-**Steady steps** are the rows with ``step ≥ STEADY_FIRST_STEP`` that the profiler did not record
-(``profiled == 0``):
+**Steady steps** are the rows with ``step ≥ STEADY_FIRST_STEP`` that the profiler neither recorded
+nor warmed up on (:mod:`workbench.overhead`):
 
 - step 0 carries the start-up (CUDA context, allocator growth, cuDNN autotuning, DataLoader
   workers starting): 5,126 ms against a 117 ms median on ``traces/case_gpu_2_preload_shm``.
-- recorded steps carry the profiler's own cost: the first one took 153 ms there. The trace export
-  after the last recorded step (1.7–2.6 s on ``traces/case_gpu_*``) falls between two rows, in no
-  step's time.
-- kept: the profiler's warm-up steps (it traces and discards; 121 and 119 ms there, +2–3 % on two
-  steps of 25) and steps after a pause that take batches the loader prefetched during it.
+- recorded steps carry the profiler's own cost (1.6× on nanoGPT's GPT-2 loop on an H200), and so
+  do its warm-up steps (traced and discarded): both are left out (issue 16; before, warm-up
+  steps counted).
+- the capture's own work at a step edge (the trace export: 1.7–2.6 s on ``traces/case_gpu_*``)
+  is the row's ``capture_ms``, in no step's time; in runs written before that column it sat in
+  the GPU time of the step after the window, which then takes the host's figure.
+- kept: steps after a pause that take batches the loader prefetched during it.
 
 **Step time** of a row is ``gpu_step_ms`` where capture recorded it (the GPU's clock), else the
 host's ``step_ms``; the two agree unless the host ran ahead of the GPU.
@@ -21,8 +23,8 @@ host's ``step_ms``; the two agree unless the host ran ahead of the GPU.
 ranks' means add up) / ``steady_step_ms``. The mean, not the median: a starved loader stalls in
 bursts (N workers deliver N batches at once), and throughput pays for every stall.
 
-The trace-based ``step_ms`` (``analysis.steps``, the CLI's table) covers the profiled steps
-instead; every number says which steps it covers (:func:`steps_label`).
+The trace-based ``trace_step_ms`` (``analysis.steps``) covers the profiled steps instead; every
+number says which steps it covers (:func:`steps_label`).
 No torch here.
 """
 
@@ -30,45 +32,48 @@ from __future__ import annotations
 
 import pandas as pd
 
-STEADY_FIRST_STEP = 1
-"""Step 0 is start-up (see the module docstring for the measured cost)."""
+from workbench.overhead import STEADY_FIRST_STEP, phases, row_times, steady_mask
 
-SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_ms", "data_wait_ms", "tokens"]
-
-
-def step_time_ms(steps: pd.DataFrame) -> pd.Series:
-    """Each steps-CSV row's time: ``gpu_step_ms`` where captured, else the host's ``step_ms``."""
-    if "gpu_step_ms" in steps:
-        return steps["gpu_step_ms"].fillna(steps["step_ms"])
-    return steps["step_ms"]
+SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_ms", "median_step_ms", "data_wait_ms", "tokens",
+                   "clock"]
 
 
-def steady_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """The steady rows of one rank's steps CSV (``step ≥ STEADY_FIRST_STEP``, not profiled)."""
-    keep = steps["step"] >= STEADY_FIRST_STEP
-    if "profiled" in steps:
-        keep &= steps["profiled"].fillna(0) == 0
-    return steps[keep]
+def step_time_ms(steps: pd.DataFrame, warmup: int | None = None) -> pd.Series:
+    """Each steps-CSV row's time (:func:`workbench.overhead.row_times`): ``gpu_step_ms`` where
+    captured, else the host's ``step_ms``; NaN where neither."""
+    recs = steps.to_dict("records")
+    t = row_times(recs, phases(recs, warmup))
+    return pd.Series([float("nan") if v is None else v for v in t], index=steps.index, dtype=float)
 
 
-def steady_summary(steps: dict[int, pd.DataFrame | None] | None, min_steps: int = 1) -> pd.DataFrame:
+def steady_steps(steps: pd.DataFrame, warmup: int | None = None) -> pd.DataFrame:
+    """The steady rows of one rank's steps CSV (``step ≥ STEADY_FIRST_STEP``, profiler off).
+    ``warmup``: the schedule's warm-up step count, for rows written before the ``profiler`` column."""
+    recs = steps.to_dict("records")
+    return steps[steady_mask(recs, phases(recs, warmup))]
+
+
+def steady_summary(steps: dict[int, pd.DataFrame | None] | None, min_steps: int = 1,
+                   warmup: int | None = None) -> pd.DataFrame:
     """Per rank over its steady steps: ``rank``, ``steps`` (count), ``first_step``, ``last_step``,
-    ``step_ms`` (mean step time), ``data_wait_ms`` (mean, NaN if not written), ``tokens`` (mean
-    per step, NaN if not written). Ranks with fewer than ``min_steps`` steady steps are left out."""
+    ``step_ms`` (mean step time), ``median_step_ms``, ``data_wait_ms`` (mean, NaN if not written),
+    ``tokens`` (mean per step, NaN if not written), ``clock`` (``gpu`` when the times are the
+    GPU's). Ranks with fewer than ``min_steps`` steady steps are left out."""
     rows = []
     for rank, df in sorted((steps or {}).items()):
         if df is None or df.empty or not {"step", "step_ms"} <= set(df.columns):
             continue
-        s = steady_steps(df)
-        t = step_time_ms(s).dropna()
+        s = steady_steps(df, warmup)
+        t = step_time_ms(df, warmup).loc[s.index].dropna()
         if len(t) < min_steps:
             continue
         s = s.loc[t.index]
         rows.append({
             "rank": int(rank), "steps": len(s), "first_step": int(s["step"].min()), "last_step": int(s["step"].max()),
-            "step_ms": float(t.mean()),
+            "step_ms": float(t.mean()), "median_step_ms": float(t.median()),
             "data_wait_ms": float(s["data_wait_ms"].mean()) if "data_wait_ms" in s and s["data_wait_ms"].notna().any() else float("nan"),
             "tokens": float(s["tokens"].mean()) if "tokens" in s and s["tokens"].notna().any() else float("nan"),
+            "clock": "gpu" if "gpu_step_ms" in s and s["gpu_step_ms"].notna().any() else "host",
         })
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 

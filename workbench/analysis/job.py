@@ -1,0 +1,114 @@
+"""The job's numbers, not the profiler's (issue 16): the recorded steps set against the steps
+nobody profiled.
+
+A profiler slows what it records, a host-sensitive loop most: nanoGPT's GPT-2 124M bf16 loop on
+an H200 took 245 ms per recorded step and ~150 ms per unprofiled one, and the trace then showed
+the GPU idle 40 % of the step waiting on a host that the profiler itself had slowed. What the
+trace measures well is the device's own work: kernel and copy durations are the GPU's, and the
+profiler's host cost does not change them. So:
+
+- **the job's step** of a rank is the mean of its unprofiled steady steps
+  (:mod:`workbench.overhead`: ``step ≥ 1``, profiler off, the GPU's clock where captured). What
+  makes a mean fragile is gone by construction: the capture's own pauses (the trace export, up
+  to seconds) fall in no step (``capture_ms``; for older runs the one step that held the export
+  takes the host's figure). What is left is the job's: a mean, not a median, because a starved
+  loader stalls in bursts (N workers deliver N batches at once) and throughput pays for every
+  stall — on ``traces/case_gpu_0_baseline`` the median step is 119 ms and the mean 808 ms, the
+  job's real pace. The median is reported beside it (``median_step_ms``);
+- **the breakdown against it** (:func:`correct_breakdown`): on GPU traces the device categories
+  (``compute``, ``communication``, ``memcpy``) keep the milliseconds the trace measured and the
+  rest of the job's step is split among ``dataloader``, ``host`` and ``idle`` in the proportion the
+  trace saw them (why the device waited, at the job's amount of waiting); when the device work
+  alone exceeds the job's step (the recorded window caught a heavier step) everything is scaled
+  to it. On CPU traces the device is the main thread, whose every category the profiler slowed:
+  each is scaled by job step / recorded step.
+
+A rank with fewer than :data:`JOB_MIN_STEPS` unprofiled steps (a bare trace directory, a run
+stopped right after its window) keeps the recorded steps, and the run says so.
+No torch here; pandas in, pandas out.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from workbench.analysis.steps import CATEGORIES
+from workbench.analysis.throughput import steady_summary
+
+JOB_MIN_STEPS = 3
+"""Unprofiled steady steps a rank needs before their mean stands for the job (one or two steps
+can be the one right after a pause)."""
+DEVICE_CATEGORIES = ("compute", "communication", "memcpy")
+"""On GPU traces: time the device measured itself."""
+WAIT_CATEGORIES = ("dataloader", "host", "idle")
+"""On GPU traces: the device waiting, for the reason the trace shows."""
+MISMATCH = 0.05
+"""A recorded step more than 5 % off the job's is reported as corrected (two runs of one
+configuration differ by a few percent: compare.NOISE_PCT)."""
+
+def job_steps(steps: Mapping[int, pd.DataFrame | None] | None, warmup: int | None = None) -> pd.DataFrame:
+    """Per rank with at least :data:`JOB_MIN_STEPS` unprofiled steady steps, the job's step:
+    :func:`workbench.analysis.throughput.steady_summary` (``step_ms`` is the mean, the job's
+    step). ``warmup``: the schedule's warm-up steps (manifest), for runs written before the
+    ``profiler`` column."""
+    return steady_summary(steps, min_steps=JOB_MIN_STEPS, warmup=warmup)
+
+
+def correct_breakdown(breakdown: pd.DataFrame, job: pd.DataFrame, gpu: bool) -> pd.DataFrame:
+    """The breakdown's rows (analysis.steps.BREAKDOWN_COLUMNS) against each rank's job step (see
+    the module docstring). Adds ``trace_step_ms`` (the recorded step's own length) and ``job``
+    (True where the row was set against the job's step); ``start_us``/``end_us`` stay the trace's."""
+    out = breakdown.copy()
+    out["trace_step_ms"] = out["step_ms"]
+    out["job"] = False
+    if out.empty or job.empty:
+        return out
+    target = out["rank"].map(job.set_index("rank")["step_ms"])
+    has = target.notna().to_numpy()
+    if not has.any():
+        return out
+    t = target.to_numpy(dtype=float)
+    cols = {c: out[f"{c}_ms"].to_numpy(dtype=float).copy() for c in CATEGORIES}
+    if gpu:
+        dev = sum(cols[c] for c in DEVICE_CATEGORIES)
+        wait = sum(cols[c] for c in WAIT_CATEGORIES)
+        over = has & (dev >= t)
+        under = has & ~over
+        for c in CATEGORIES:  # the device's work alone fills the job's step: scale it to fit
+            cols[c][over] = np.where(dev[over] > 0, cols[c][over] * t[over] / np.maximum(dev[over], 1e-12), 0.0) \
+                if c in DEVICE_CATEGORIES else 0.0
+        rest = t - dev
+        share = np.divide(rest, wait, out=np.zeros_like(rest), where=wait > 0)
+        for c in WAIT_CATEGORIES:
+            cols[c][under] = cols[c][under] * share[under]
+        no_wait = under & (wait <= 0)  # the trace saw no waiting at all: the job's extra is idle
+        cols["idle"][no_wait] = rest[no_wait]
+    else:
+        total = out["step_ms"].to_numpy(dtype=float)
+        scale = np.divide(t, total, out=np.ones_like(t), where=total > 0)
+        for c in CATEGORIES:
+            cols[c][has] = cols[c][has] * scale[has]
+    for c in CATEGORIES:
+        out[f"{c}_ms"] = cols[c]
+    out.loc[has, "step_ms"] = t[has]
+    out.loc[has, "job"] = True
+    return out
+
+
+def correction_note(breakdown: pd.DataFrame, job: pd.DataFrame) -> str | None:
+    """One line when the recorded steps were not the job's (more than :data:`MISMATCH` apart),
+    else None: ``the profiled steps took 245.0 ms, the job's 150.3 ms (mean of 35 unprofiled
+    steps, GPU clock; 1.63×): shares and estimates are of the job's step``."""
+    if breakdown.empty or job.empty or "trace_step_ms" not in breakdown or not breakdown["job"].any():
+        return None
+    rec = float(breakdown.loc[breakdown["job"], "trace_step_ms"].mean())
+    j = float(breakdown.loc[breakdown["job"], "step_ms"].mean())
+    if j <= 0 or abs(rec / j - 1) <= MISMATCH:
+        return None
+    n = int(job["steps"].sum())
+    clock = "GPU" if (job["clock"] == "gpu").any() else "host"
+    return (f"the profiled steps took {rec:.1f} ms, the job's {j:.1f} ms (mean of {n} unprofiled steps, {clock} clock; "
+            f"{rec / j:.2f}×): shares and estimates are of the job's step, device time from the trace")
