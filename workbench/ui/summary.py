@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workbench.analysis.memory import memory_summary
+from workbench.analysis import frames
 from workbench.peaks import device_peak, mfu_pct as mfu, peak_flops
 from workbench.verdict import Analysis
 
@@ -37,9 +37,9 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
     """Peak memory per rank: GPU allocated ([memory] events, else steps.csv), else the host RSS."""
     run = analysis.run
     out: dict[int, int] = {}
-    ctx = analysis.context
+    mems = analysis.per_rank_frames(frames.MEMORY_SUMMARY)
     for r, d in run.ranks.items():
-        mem = ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) if ctx and r in ctx.traces else None
+        mem = mems.get(r)
         if mem is not None and mem["peak_allocated_bytes"] is not None:
             out[r] = int(mem["peak_allocated_bytes"])
         elif d.steps is not None and "max_mem_allocated_bytes" in d.steps and d.steps["max_mem_allocated_bytes"].notna().any():
