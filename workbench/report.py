@@ -121,7 +121,7 @@ def render(analysis) -> str:
     for d in diagnoses:
         gain = d.estimated_gain or {}
         rng = summary.time_range(analysis, d.ranks)
-        ev = "".join(f"<tr><th>{e(str(k))}</th><td>{e(str(v))}</td></tr>" for k, v in d.evidence.items())
+        ev = "".join(f"<tr><th>{e(str(k))}</th><td>{e(summary.evidence_text(v))}</td></tr>" for k, v in d.evidence.items())
         parts.append(
             f'<div class="diag" id="{e(d.id)}"><p><b><code>{e(d.id)}</code></b> · {e(d.severity)} — {e(d.title)}</p>'
             f"<p><b>Fix:</b> {e(d.recommendation)}</p>"
