@@ -210,16 +210,27 @@ def source_text(src_dir: Path, min_mb: float, work: Path) -> tuple[bytes, str]:
     return text, f"{f.name} replicated to {steps} steps"
 
 
+MARKER = ".scale-built.json"
+
+
+def _built(out: Path, params: dict) -> dict | None:
+    """What a previous ``--keep`` run built at ``out`` with the same ``params`` (its info); else
+    None, and ``out`` is emptied for a new build."""
+    marker = out / MARKER
+    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
+        return json.loads(marker.read_text())["info"]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return None
+
+
 def build_ranks(src_dir: Path, out: Path, world: int, *, min_mb: float = 20.0, bare: bool = False,
                 text: bytes | None = None) -> dict[str, Any]:
     """Write a ``world``-rank run directory at ``out`` (see the module docstring). Reuses a
     directory a previous ``--keep`` run built with the same parameters."""
     params = {"source": str(src_dir), "world": world, "min_mb": min_mb, "bare": bare, "v": 1}
-    marker = out / ".scale-built.json"
-    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
-        return json.loads(marker.read_text())["info"]
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    if (info := _built(out, params)) is not None:
+        return info
     t0 = time.perf_counter()
     if text is None:
         text, how = source_text(src_dir, min_mb, out.parent)
@@ -254,7 +265,7 @@ def build_ranks(src_dir: Path, out: Path, world: int, *, min_mb: float = 20.0, b
             "total_gz_mb": round(sum(f.stat().st_size for f in out.glob("*.gz")) / 1e6, 1),
             "events_per_rank": body.count(b'"ph"'), "source": how, "manifest": (out / "manifest.json").exists(),
             "build_s": round(time.perf_counter() - t0, 1)}
-    marker.write_text(json.dumps({"params": params, "info": info}))
+    (out / MARKER).write_text(json.dumps({"params": params, "info": info}))
     return info
 
 
@@ -262,16 +273,13 @@ def build_big(src: Path, out: Path, min_events: int, min_mb: float) -> dict[str,
     """One replicated single-rank trace at ``out/rank0.pt.trace.json`` (reused when a ``--keep``
     run built it with the same parameters)."""
     params = {"source": str(src), "min_events": min_events, "min_mb": min_mb, "v": 1}
-    marker = out / ".scale-built.json"
-    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
-        return json.loads(marker.read_text())["info"]
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    if (info := _built(out, params)) is not None:
+        return info
     t0 = time.perf_counter()
     f = sorted(src.glob("rank0.pt.trace.json*"))[0] if src.is_dir() else src
     trace, n_events, n_steps = build(f, out, min_events, min_mb)
     info = {"events": n_events, "steps": n_steps, "mb": round(trace.stat().st_size / 1e6, 1),
             "source": str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f),
             "build_s": round(time.perf_counter() - t0, 1)}
-    marker.write_text(json.dumps({"params": params, "info": info}))
+    (out / MARKER).write_text(json.dumps({"params": params, "info": info}))
     return info
