@@ -1,14 +1,15 @@
 """workbench analyze vs Holistic Trace Analysis on one large trace, both as whole processes.
 
-    python benchmarks/analyze_vs_hta.py traces/gpu_fixed_data           # a run dir or a trace file
-    python benchmarks/analyze_vs_hta.py traces/gpu_slow_data --min-events 520000 --min-mb 165
+    python -m benchmarks.analyze_vs_hta traces/gpu_fixed_data           # a run dir or a trace file
+    python -m benchmarks.analyze_vs_hta traces/gpu_slow_data --min-events 520000 --min-mb 165
 
 Builds a large single-rank trace by replicating the source trace's profiled steps end to end
 (timestamps shifted by the steps' span, ``ProfilerStep#N`` renumbered, correlation/flow ids offset
 so kernels still pair with their launches, GPU events kept with the copy that launched them)
 until it holds at least ``--min-events`` events and ``--min-mb`` MB of JSON, in Kineto's
-indented layout; writes it to a temporary directory (never the repo). Then runs, each in
-its own process, timed with ``/usr/bin/time`` (wall seconds, peak RSS):
+indented layout (``benchmarks.synthetic.build``); writes it to a temporary directory (never the
+repo). Then runs, each in its own process, measured by ``benchmarks.measure`` (wall seconds,
+peak RSS summed over the process tree):
 
 - ``python -m workbench analyze --json DIR``
 - HTA: ``TraceAnalysis(trace_dir=DIR)`` + ``get_temporal_breakdown`` + ``get_idle_time_breakdown``
@@ -22,23 +23,19 @@ How the splits compare: HTA's temporal breakdown spans the GPU's first to last k
 it into compute kernels, non-compute (communication + memcpy/memset) and idle. workbench's step
 breakdown covers the ProfilerStep windows; its compute is HTA's compute, and its GPU-idle is
 dataloader + host + idle. Replicated steps are contiguous and each copy carries the GPU work its
-steps launched (see ``build``), so the two spans differ by the first and last copy's edges only.
+steps launched (see ``benchmarks.synthetic.build``), so the two spans differ by the first and last copy's edges only.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-STEP = re.compile(r"^ProfilerStep#(\d+)$")
+from benchmarks.measure import Failed, measure_ok
+from benchmarks.synthetic import build, source_file
 
 HTA_SCRIPT = r"""
 import json, sys
@@ -53,111 +50,13 @@ print(json.dumps({"idle_pct": float(row["idle_time_pctg"]), "compute_pct": float
 """
 
 
-def source_file(path: Path) -> Path:
-    if path.is_file():
-        return path
-    files = sorted(path.glob("rank0.pt.trace.json*")) or sorted(path.glob("*.pt.trace.json*"))
-    if not files:
-        sys.exit(f"no *.pt.trace.json[.gz] under {path}")
-    return files[0]
-
-
-GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-ID_OFFSET = 10_000_000  # per copy, added to correlation / External id / flow ids to keep them unique
-
-
-def build(src: Path, out_dir: Path, min_events: int, min_mb: float) -> tuple[Path, int, int]:
-    """Replicate ``src``'s profiled steps into ``out_dir/rank0.pt.trace.json`` (Kineto's layout).
-
-    One copy = the CPU events inside the ProfilerStep windows plus the GPU events *launched* by
-    them (matched on ``correlation``), wherever those run. Copies are shifted by the steps' span.
-    Cutting the GPU side by time instead is wrong when the GPU lags the CPU (on
-    traces/gpu_fixed_data the last step's kernels run 11.9 ms past its end, and the first 8.0 ms
-    of the window run kernels launched before the profiler started): each copy then holds
-    kernels with no launch and lacks kernels whose launch it holds. HTA keeps only kernels whose
-    launch it sees, so it found an 8 ms GPU gap per copy (~16 points of fake idle) that
-    workbench, which counts every kernel in a step window, did not.
-    """
-    opener = gzip.open if src.suffix == ".gz" else open
-    with opener(src, "rt") as f:
-        doc = json.load(f)
-    events = doc["traceEvents"]
-    steps = [e for e in events if e.get("ph") == "X" and STEP.match(e.get("name", "")) and e.get("cat") != "gpu_user_annotation"]
-    if not steps:
-        sys.exit(f"{src}: no ProfilerStep annotations to replicate")
-    lo = min(e["ts"] for e in steps)
-    hi = max(e["ts"] + e["dur"] for e in steps)
-    nums = [int(STEP.match(e["name"]).group(1)) for e in steps]
-    span, nsteps = hi - lo, max(nums) - min(nums) + 1
-
-    def in_window(e: dict) -> bool:
-        return lo <= float(e["ts"]) < hi
-
-    def corr(e: dict):
-        return (e.get("args") or {}).get("correlation")
-
-    launched = {corr(e) for e in events if e.get("ph") == "X" and e.get("cat") not in GPU_CATS
-                and corr(e) is not None and in_window(e)}
-    body = []
-    for e in events:
-        if e.get("ph") == "M" or "ts" not in e:
-            continue
-        if e.get("cat") in GPU_CATS:
-            keep = corr(e) in launched
-        elif e.get("ph") == "f" and e.get("cat") == "ac2g":  # flow arrow ending on a kernel
-            keep = e.get("id") in launched
-        else:
-            keep = in_window(e)
-        if keep:
-            body.append(e)
-    meta = [e for e in events if e.get("ph") == "M"]
-    one = (len(json.dumps(body)) + 12 * len(body)) / 1e6
-    copies = max(-(-min_events // max(len(body), 1)), int(-(-min_mb // max(one, 1e-9))), 1)
-    out = out_dir / "rank0.pt.trace.json"
-    head = {k: v for k, v in doc.items() if k != "traceEvents"}
-    # Kineto's layout (one event per "  {" … "  }" block) so that workbench's sliced loader sees
-    # what it sees on real traces; json.dumps keeps each event's nested values on one line.
-    with open(out, "w") as f:
-        f.write("{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n" for k, v in head.items()) + '  "traceEvents": [')
-        first = True
-
-        def put(e: dict) -> None:
-            nonlocal first
-            f.write(("" if first else ",") + "\n  {\n    " + json.dumps(e)[1:-1] + "\n  }")
-            first = False
-
-        for e in meta:
-            put(e)
-        for k in range(copies):
-            shift = k * span
-            for e in body:
-                e2 = dict(e)
-                e2["ts"] = float(e["ts"]) + shift
-                if k and STEP.match(e.get("name", "")):
-                    e2["name"] = f"ProfilerStep#{int(STEP.match(e['name']).group(1)) + k * nsteps}"
-                if k and isinstance(e.get("id"), int) and e.get("ph") in ("s", "f"):
-                    e2["id"] = e["id"] + k * ID_OFFSET
-                a = e.get("args")
-                if k and isinstance(a, dict) and ("correlation" in a or "External id" in a):
-                    a = dict(a)
-                    for key in ("correlation", "External id"):
-                        if key in a and isinstance(a[key], int):
-                            a[key] += k * ID_OFFSET
-                    e2["args"] = a
-                put(e2)
-        f.write("\n  ]\n}\n")
-    return out, len(meta) + copies * len(body), copies * nsteps
-
-
 def timed(cmd: list[str]) -> tuple[float, int, str]:
-    """(wall s, peak RSS bytes, stdout) of a whole process, from GNU time."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
-        r = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", t.name, *cmd], capture_output=True, text=True,
-                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        if r.returncode != 0:
-            sys.exit(f"{' '.join(cmd[:4])}… failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        wall, kb = open(t.name).read().split()[-2:]
-    return float(wall), int(kb) * 1024, r.stdout
+    """(wall s, peak RSS bytes summed over the process tree, stdout) of a command that must succeed."""
+    try:
+        m, out = measure_ok(cmd)
+    except Failed as e:
+        sys.exit(str(e))
+    return m["wall_s"], m["peak_rss"], out
 
 
 def main() -> None:

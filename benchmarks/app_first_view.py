@@ -1,10 +1,10 @@
 """Time to the app's first view of a run whose trace is ≥ 200 MB (issue 7's acceptance).
 
-    python benchmarks/app_first_view.py [--min-mb 200] [--source traces/gpu_slow_data] [--keep DIR]
+    python -m benchmarks.app_first_view [--min-mb 200] [--source traces/gpu_slow_data] [--keep DIR]
 
 Builds a run in a temporary directory by replicating the profiled steps of a committed trace
-(timestamps shifted, ``ProfilerStep#N`` renumbered) until the plain-JSON trace reaches
-``--min-mb``, starts ``streamlit run app.py`` on it, opens the Overview in Debian's chromium
+(``benchmarks.synthetic.make_run``: timestamps shifted, ``ProfilerStep#N`` renumbered) until the
+plain-JSON trace reaches ``--min-mb`` MiB, starts ``streamlit run app.py`` on it, opens the Overview in Debian's chromium
 through Playwright and prints the seconds from navigation until the Overview's plotly chart and
 the verdict are visible. Nothing is written to the repository; the result goes in BENCHMARKS.md
 by hand ("App first view").
@@ -13,9 +13,6 @@ by hand ("App first view").
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
 import shutil
 import socket
 import subprocess
@@ -25,56 +22,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.measure import ROOT
+from benchmarks.synthetic import make_run
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-
-
-def make_big_run(source: Path, dst: Path, min_bytes: int) -> tuple[Path, int, int]:
-    """Write ``dst`` (a run directory) whose rank-0 trace is plain JSON of at least ``min_bytes``.
-
-    Returns (trace path, bytes, events). Copies the manifest/NVML/steps files of ``source``.
-    """
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in source.iterdir():
-        if not f.name.endswith((".pt.trace.json.gz", ".pt.trace.json")):
-            shutil.copy(f, dst / f.name)
-    src = next(source.glob("rank0.pt.trace.json*"))
-    with (gzip.open if src.suffix == ".gz" else open)(src, "rt") as fh:
-        doc = json.load(fh)
-    events = doc.pop("traceEvents")
-    meta = [e for e in events if e.get("ph") == "M"]
-    body = [e for e in events if e.get("ph") != "M" and e.get("ph") not in ("s", "f")]
-    steps = [e for e in body if str(e.get("name", "")).startswith("ProfilerStep#")]
-    nsteps = len(steps)
-    t0 = min(e["ts"] for e in body if "ts" in e)
-    t1 = max(e["ts"] + e.get("dur", 0) for e in body if "ts" in e)
-    period = t1 - t0 + 1000.0
-    chunk = [json.dumps(e, separators=(",", ":")) for e in body]
-    chunk_bytes = sum(len(c) + 1 for c in chunk)
-    copies = max(1, -(-min_bytes // chunk_bytes))
-    out = dst / "rank0.pt.trace.json"
-    n = 0
-    with open(out, "w") as fh:
-        head = json.dumps(doc, separators=(",", ":"))[:-1]
-        fh.write(head + ',"traceEvents":[')
-        fh.write(",".join(json.dumps(e, separators=(",", ":")) for e in meta))
-        for k in range(copies):
-            shift = k * period
-            parts = []
-            for e in body:
-                e2 = dict(e)
-                if "ts" in e2:
-                    e2["ts"] = e["ts"] + shift
-                name = str(e.get("name", ""))
-                if name.startswith("ProfilerStep#"):
-                    e2["name"] = f"ProfilerStep#{int(name.split('#')[1]) + k * nsteps}"
-                parts.append(json.dumps(e2, separators=(",", ":")))
-            fh.write("," + ",".join(parts))
-            n += len(parts)
-        fh.write("]}")
-    return out, out.stat().st_size, n + len(meta)
 
 
 def _free_port() -> int:
@@ -138,7 +91,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-")) if args.keep is None else args.keep
     try:
         t = time.monotonic()
-        trace, size, n = make_big_run(args.source, tmp / "big_run", args.min_mb << 20)
+        trace, size, n = make_run(args.source, tmp / "big_run", args.min_mb * (1 << 20) / 1e6)
         print(f"built {trace} ({size / 2**20:.0f} MiB, {n:,} events) in {time.monotonic() - t:.1f} s")
         secs = first_view_seconds(tmp, "big_run")
         print(f"app first view: {secs:.2f} s (target < 10 s)")

@@ -23,11 +23,11 @@ export out. Wall time is only as good as the machine is quiet: each run also rec
 of all its processes and the machine's load (``--wait-idle SEC`` waits for a quiet machine first).
 
 CPU (gloo, 2 ranks; the engine tests' reference layout, and a 4.3M-parameter step of ~0.5 s):
-    python benchmarks/capture_overhead.py --nproc 2 --steps 50 --repeats 2 --json overhead_cpu.json
-    python benchmarks/capture_overhead.py --nproc 2 --steps 40 --repeats 2 --set 'model.preset="small"'
-    CUDA_VISIBLE_DEVICES= python benchmarks/capture_overhead.py --nproc 2 --steps 50 --repeats 4   # CPU on a GPU host
+    python -m benchmarks.capture_overhead --nproc 2 --steps 50 --repeats 2 --json overhead_cpu.json
+    python -m benchmarks.capture_overhead --nproc 2 --steps 40 --repeats 2 --set 'model.preset="small"'
+    CUDA_VISIBLE_DEVICES= python -m benchmarks.capture_overhead --nproc 2 --steps 50 --repeats 4   # CPU on a GPU host
 One H200 (the 370M GPT of BENCHMARKS.md "Engine: 370M GPT on one H200"):
-    PYTHONPATH=. python benchmarks/capture_overhead.py --config case_studies/engine/gpt370m_ddp.toml \\
+    PYTHONPATH=. python -m benchmarks.capture_overhead --config case_studies/engine/gpt370m_ddp.toml \\
         --nproc 1 --steps 60 --repeats 2 --out runs/capture_overhead_gpu --json capture_overhead_gpu.json
 
 Prints a markdown table; ``--json OUT`` writes every number; ``--check`` exits 1 when the median
@@ -41,16 +41,15 @@ import csv
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.measure import measure
+
 GOAL = 1.03
 """Issue 12: profiled median step time at most 3 % above the unprofiled one."""
 
@@ -95,22 +94,21 @@ def run_once(args: argparse.Namespace, variant: str, repeat: int) -> Run:
     if (run_dir / "manifest.json").exists():  # a run directory of an earlier invocation: replace it
         shutil.rmtree(run_dir)
     cmd = _command(args, variant == "profiled", run_dir)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               PYTHONUNBUFFERED="1")
     wait_idle(args.wait_idle)
     load = {"before": machine_load()}
-    t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
-    process_s = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    log, err = out / f"{variant}-r{repeat}.log", out / f"{variant}-r{repeat}.stderr"
+    m = measure(cmd, timeout_s=args.timeout, stdout_path=log, stderr_path=err, env={"PYTHONUNBUFFERED": "1"})
     load["after"] = machine_load()
-    (out / f"{variant}-r{repeat}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"capture_overhead: {variant} run {repeat} failed (exit {proc.returncode}); "
-                         f"log: {out / f'{variant}-r{repeat}.log'}\n{proc.stderr[-2000:]}")
+    stdout = log.read_text()
+    with open(log, "a") as f:
+        f.write(err.read_text())
+    err.unlink()
+    if m["status"] != "ok":
+        raise SystemExit(f"capture_overhead: {variant} run {repeat} {m['status']} (exit {m['rc']}); "
+                         f"log: {log}\n{m['stderr_tail']}")
     steps: dict[int, float] = {}
     tput = None
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if m := STEP_LINE.match(line.strip()):
             steps[int(m[1])] = float(m[2])
         elif m := THROUGHPUT_LINE.match(line.strip()):
@@ -119,8 +117,7 @@ def run_once(args: argparse.Namespace, variant: str, repeat: int) -> Run:
         raise SystemExit(f"capture_overhead: {variant} run {repeat}: read {len(steps)} of {args.steps} step lines"
                          f"{'' if tput else ' and no throughput line'}; log: {out / f'{variant}-r{repeat}.log'}")
     run = Run(variant=variant, repeat=repeat, step_ms=[steps[i] for i in range(args.steps)], tokens_per_s=tput[0],
-              timed_s=tput[1], process_s=process_s,
-              cpu_s=(ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime), load=load)
+              timed_s=tput[1], process_s=m["wall_s"], cpu_s=m["cpu_s"], load=load)
     if variant == "profiled":
         run.run_dir = str(run_dir)
         run.capture = capture_gaps(run_dir, wait=int(args.schedule.split(",")[0]))

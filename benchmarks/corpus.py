@@ -6,16 +6,16 @@ machine) and the verdict expected of it. Their code lives only in the git-ignore
 folder; what the repository keeps is the trimmed run directories under ``traces/corpus/`` that
 ``tests/test_corpus.py`` checks.
 
-    python benchmarks/corpus.py extract                         # corpus/ from local mirrors
-    python benchmarks/corpus.py run --kind cpu --out runs/corpus [--only NAME]
-    python benchmarks/corpus.py check runs/corpus               # verdict vs expectation (here)
-    python benchmarks/corpus.py trim runs/corpus traces/corpus  # commit-sized copies
-    python benchmarks/corpus.py pack runs/corpus $OUT/corpus_runs.tar.gz
+    python -m benchmarks.corpus extract                         # corpus/ from local mirrors
+    python -m benchmarks.corpus run --kind cpu --out runs/corpus [--only NAME]
+    python -m benchmarks.corpus check runs/corpus               # verdict vs expectation (here)
+    python -m benchmarks.corpus trim runs/corpus traces/corpus  # commit-sized copies
+    python -m benchmarks.corpus pack runs/corpus $OUT/corpus_runs.tar.gz
 
 On the GPU machine, with the repository and ``corpus/`` carried and nothing installed:
 
-    PYTHONPATH=. python benchmarks/corpus.py run --kind gpu --out /tmp/corpus \
-        && python benchmarks/corpus.py pack /tmp/corpus $OUT/corpus_gpu.tar.gz
+    PYTHONPATH=. python -m benchmarks.corpus run --kind gpu --out /tmp/corpus \
+        && python -m benchmarks.corpus pack /tmp/corpus $OUT/corpus_gpu.tar.gz
 
 ``run`` makes the data and tiny model files the scripts read (generated text, a Qwen2 config
 with a word-level tokenizer: data, not code, so nothing is downloaded) before it starts them.

@@ -10,10 +10,10 @@ all-gather, straggler rank, slow data) against its clean twin: the rule must fir
 stay quiet on the clean run.
 
 CPU (gloo; the plumbing and the CPU numbers):
-    python benchmarks/layouts.py --nproc 2 --out runs/layouts
-    python benchmarks/layouts.py --nproc 8 --only 3d --out runs/layouts8
+    python -m benchmarks.layouts --nproc 2 --out runs/layouts
+    python -m benchmarks.layouts --nproc 8 --only 3d --out runs/layouts8
 GPUs (NCCL; issue 5, one command for the whole table):
-    python benchmarks/layouts.py --nproc 8 --config case_studies/engine/gpt370m_fsdp.toml \\
+    python -m benchmarks.layouts --nproc 8 --config case_studies/engine/gpt370m_fsdp.toml \\
         --set data.batch_size=8 --steps 12 --out runs/layouts --json layouts.json
 
 Prints a markdown table (and writes ``--json``); exit 1 when a twin's rule misbehaves or a run fails.
@@ -30,8 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.measure import ROOT
 
 # name, extra --set overrides (N = world size), minimum world size
 LAYOUTS: list[tuple[str, list[str], int]] = [

@@ -1,14 +1,14 @@
 """read_trace on the same large trace in Kineto's layout and minified, each in a fresh process.
 
-    python benchmarks/loader_layouts.py                                  # traces/gpu_fixed_data, ≥520k events, ≥165 MB
-    python benchmarks/loader_layouts.py traces/gpu_fsdp2_370m --min-mb 150 --repeat 3
+    python -m benchmarks.loader_layouts                                  # traces/gpu_fixed_data, ≥520k events, ≥165 MB
+    python -m benchmarks.loader_layouts traces/gpu_fsdp2_370m --min-mb 150 --repeat 3
 
-Builds a large single-rank trace with ``analyze_vs_hta.build`` (the source trace's profiled steps
+Builds a large single-rank trace with ``benchmarks.synthetic.build`` (the source trace's profiled steps
 replicated end to end with shifted timestamps, in Kineto's indented layout), re-writes it minified
 (``json.dumps(..., separators=(",", ":"))`` per event, streamed line by line so the builder never
 holds the whole document), and gzips both; all four files go to a temporary directory (never the
-repo). Then, for each file, runs ``read_trace`` in a fresh process under ``/usr/bin/time`` (wall
-seconds, CPU seconds and peak RSS of that process alone, plus ``read_trace``'s own CPU time
+repo). Then, for each file, runs ``read_trace`` in a fresh process measured by
+``benchmarks.measure`` (wall seconds, CPU seconds and peak RSS, plus ``read_trace``'s own CPU time
 measured inside it) ``--repeat`` times and keeps the medians. Ratios use CPU time, not wall: on a
 shared 2-core machine wall time moves with the other processes' load.
 
@@ -23,19 +23,13 @@ files within 1.5× of the Kineto-layout file's time (CPU) and peak memory on the
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from analyze_vs_hta import build, source_file  # noqa: E402
+from benchmarks.measure import ROOT, Failed, measure_ok
+from benchmarks.synthetic import build, gzip_file, minify, source_file
 
 GOAL = 1.5  # issue 11: minified within 1.5× of the Kineto layout's time and memory
 
@@ -58,40 +52,13 @@ print(len(tr.events), len(tr.memory), len(tr.comms), f"{time.process_time() - t0
 """
 
 
-def minify(kineto: Path, out: Path) -> None:
-    """Re-write a trace in the layout ``build`` writes (one ``  "key": value,`` line per header
-    key, each event's fields on one line at four spaces) as minified JSON, one event at a time."""
-    compact = {"separators": (",", ":")}
-    with open(kineto) as f, open(out, "w") as o:
-        o.write("{")
-        first = True
-        for line in f:
-            if line.startswith("    "):  # one event's fields
-                o.write(("" if first else ",") + json.dumps(json.loads("{" + line.strip() + "}"), **compact))
-                first = False
-            elif line.startswith('  "traceEvents"'):
-                o.write('"traceEvents":[')
-            elif line.startswith('  "'):  # a header key
-                o.write(json.dumps(json.loads("{" + line.strip().rstrip(",") + "}"), **compact)[1:-1] + ",")
-        o.write("]}")
-
-
-def gzip_file(src: Path) -> Path:
-    out = src.with_name(src.name + ".gz")
-    with open(src, "rb") as f, gzip.open(out, "wb", compresslevel=6) as g:
-        shutil.copyfileobj(f, g, 1 << 20)
-    return out
-
-
 def timed(path: Path, mode: str) -> tuple[float, float, int, str]:
     """(wall s, CPU s (user + sys), peak RSS bytes, the child's output) of one fresh process."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
-        r = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", t.name, sys.executable, "-c", READ, str(path), mode],
-                           capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        if r.returncode != 0:
-            sys.exit(f"{path.name} ({mode}) failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
-        wall, user, system, kb = open(t.name).read().split()[-4:]
-    return float(wall), float(user) + float(system), int(kb) * 1024, r.stdout.strip()
+    try:
+        m, out = measure_ok([sys.executable, "-c", READ, str(path), mode])
+    except Failed as e:
+        sys.exit(f"{path.name} ({mode}): {e}")
+    return m["wall_s"], m["cpu_s"], m["peak_rss"], out.strip()
 
 
 def main() -> None:

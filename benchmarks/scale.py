@@ -1,25 +1,19 @@
 """Scale benchmarks (issue 12, item 4 a–d): workbench vs HTA on a 1 GB trace and a 256-rank run,
 the cached reopen, and how time and memory grow with events and with ranks.
 
-    python benchmarks/scale.py big    --json big.json       # (a) ≥ 1 GB / ≥ 3M-event trace, vs HTA
-    python benchmarks/scale.py ranks  --json ranks.json     # (b) 256 ranks × 23 MB, (c) cached reopen
-    python benchmarks/scale.py curves --json curves.json    # (d) figures in benchmarks/figures/
-    python benchmarks/scale.py all    --json scale.json > block.md   # everything, a BENCHMARKS.md block
+    python -m benchmarks.scale big    --json big.json       # (a) ≥ 1 GB / ≥ 3M-event trace, vs HTA
+    python -m benchmarks.scale ranks  --json ranks.json     # (b) 256 ranks × 23 MB, (c) cached reopen
+    python -m benchmarks.scale curves --json curves.json    # (d) figures in benchmarks/figures/
+    python -m benchmarks.scale all    --json scale.json > block.md   # everything, a BENCHMARKS.md block
 
 Every tool runs as a whole process (``python -m workbench analyze --json RUN``; HTA's
-``TraceAnalysis`` + temporal + idle-time breakdown, the script of ``analyze_vs_hta.py``), timed by
-wall clock and watched by a sampler that sums the RSS of the process *and all its descendants*
-every 50 ms (their PSS every 0.5 s). GNU ``time``'s "maximum resident set size" is not enough
-here: it is ``ru_maxrss`` of ``wait4``, the largest *single* process of the tree (checked: a
-100 MB parent with two 300 MB children at once reads 315 MB; the sampler, 760 MB), so a worker
-pool would look as small as one worker. RSS summed over processes counts pages they share (the
-interpreter, pages a forked child has not written) once per process: an upper bound. PSS splits
-shared pages between the processes that map them: the fair total. Both are reported;
-``max_proc_rss`` is GNU time's number.
+``TraceAnalysis`` + temporal + idle-time breakdown, the script of ``analyze_vs_hta.py``),
+measured by :func:`benchmarks.measure.measure`: wall clock, and the RSS (PSS) of the process
+*and all its descendants* summed (GNU ``time`` sees the largest single process only).
 
 Data (never in the repo; ``--out DIR``, default a temp dir, deleted afterwards unless ``--keep``):
 
-- ``big``: ``analyze_vs_hta.build`` replicates the profiled steps of a committed one-H200 trace
+- ``big``: ``benchmarks.synthetic.build`` replicates the profiled steps of a committed one-H200 trace
   captured with shapes and memory (``traces/gpu_fixed_data``: ``[memory]`` instant events, "Input
   Dims" on every op) into one Kineto-layout ``rank0.pt.trace.json`` of ≥ 3M events and ≥ 1 GB.
 - ``ranks``: a run directory of N ranks (default 256), each ``rank{r}.pt.trace.json.gz`` the real
@@ -39,39 +33,25 @@ A cold run also deletes ``RUN/.workbench-cache``.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
 import re
-import resource
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-import zlib
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from analyze_vs_hta import HTA_SCRIPT, ROOT, build  # noqa: E402  (the replicator and HTA's script)
+from benchmarks.analyze_vs_hta import HTA_SCRIPT
+from benchmarks.measure import ROOT, measure
+from benchmarks.synthetic import build_big, build_ranks, source_text
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 CACHE_DIR = ".workbench-cache"
-SAMPLE_S = 0.05  # RSS period: a 50 ms spike can be missed, not a worker's lifetime
-# PSS reads /proc/PID/smaps_rollup, which walks the page tables under the process's mmap lock:
-# ~5 ms for a 3 GB process, ~17 ms for HTA's 3 processes on 8 ranks, and HTA's 12 GB tree on 256
-# ranks took the sampler 277 CPU-s in 1,005 s at a fixed 0.5 s. So PSS is read at most every
-# 0.5 s and at least PSS_COST_RATIO × its own cost apart (≤ 2 % of a core; the JSON's
-# sampler_cpu_s says what the sampler cost). The tree and its RSS (statm) cost ~0.3 ms a sample.
-PSS_EVERY_S = 0.5
-PSS_COST_RATIO = 50
 MiB = 2**20
 
 # Goals of issue 12, item 4.
@@ -79,139 +59,6 @@ BIG_SPEEDUP = 20.0  # workbench ≥ 20× faster than HTA on the 1 GB trace
 BIG_MEM_FRACTION = 0.25  # at ≤ ¼ of HTA's peak memory
 BIG_WB_RSS = 1 << 30  # and under 1 GiB itself
 REOPEN_S = 1.0  # a cached 256-rank run reopens in ≤ 1 s
-
-
-# --------------------------------------------------------------------------------------------
-# Measuring a whole process tree
-
-
-def _pss(pid: int) -> int:
-    """Proportional set size (bytes) from /proc/PID/smaps_rollup; 0 when unreadable."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            for line in f:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants, from /proc/PID/task/TID/children (a few reads; psutil's
-    ``children()`` scans every process of the machine, ~7 ms a call)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def measure(cmd: list[str], *, timeout_s: float | None = None, mem_cap: int | None = None,
-            as_limit: int | None = None, stdout_path: Path | None = None) -> dict[str, Any]:
-    """Run ``cmd`` in its own session and measure it as a tree.
-
-    Returns wall_s, peak_rss (sum over the tree, every 50 ms; at least GNU time's number),
-    peak_pss (sum, ≥ 0.5 s apart; None with fewer than 3 samples, as for a sub-second process),
-    max_proc_rss (largest single process: GNU time's number), max_procs, rc and status: ``ok``,
-    ``failed`` (non-zero exit), ``timeout``
-    (killed after ``timeout_s``) or ``memory cap`` (killed when the tree's RSS passed
-    ``mem_cap``). ``as_limit`` sets RLIMIT_AS (address space, bytes) on every process of the tree,
-    as ``prlimit --as`` would, so an allocation past it fails inside the tool (MemoryError).
-    stdout goes to ``stdout_path`` (or is discarded); stderr's last 2,000 characters are kept.
-    """
-    out_f = open(stdout_path, "wb") if stdout_path else open(os.devnull, "wb")
-    err_f = tempfile.TemporaryFile()
-
-    def limit() -> None:
-        if as_limit:
-            resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
-
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("WORKBENCH_CACHE_DIR", None)  # the cache goes next to the run, where cold runs delete it
-    load = os.getloadavg()[0]  # other jobs on a shared machine skew the wall time: say how busy it was
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, cwd=ROOT, env=env, start_new_session=True,
-                            preexec_fn=limit if as_limit else None)
-    peak = {"rss": 0, "pss": 0, "pss_n": 0, "procs": 0, "cpu_s": 0.0}
-    killed: list[str] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        next_pss = 0.0
-        while not done.is_set():
-            tree = _tree(proc.pid)
-            rss = sum(_rss(p) for p in tree)
-            if time.perf_counter() >= next_pss:
-                c0 = time.thread_time()
-                peak["pss"] = max(peak["pss"], sum(_pss(p) for p in tree))
-                peak["pss_n"] += 1
-                next_pss = time.perf_counter() + max(PSS_EVERY_S, PSS_COST_RATIO * (time.thread_time() - c0))
-            peak["rss"] = max(peak["rss"], rss)
-            peak["procs"] = max(peak["procs"], len(tree))
-            peak["cpu_s"] = time.thread_time()
-            why = ("timeout" if timeout_s and time.perf_counter() - t0 > timeout_s
-                   else "memory cap" if mem_cap and rss > mem_cap else None)
-            if why and not killed:
-                killed.append(why)
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            done.wait(SAMPLE_S)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    done.set()
-    sampler.join()
-    try:  # workers the tool left behind would otherwise outlive the measurement
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    out_f.close()
-    err_f.seek(0)
-    err = err_f.read().decode(errors="replace")[-2000:]
-    err_f.close()
-    status_word = killed[0] if killed else ("ok" if proc.returncode == 0 else "failed")
-    # a process shorter than a few samples can peak between them: the largest process (wait4) bounds
-    # the tree's sum from below
-    return {"wall_s": round(wall, 3), "peak_rss": max(peak["rss"], ru.ru_maxrss * 1024),
-            "peak_pss": peak["pss"] if peak["pss_n"] >= 3 else None, "pss_samples": peak["pss_n"],
-            "max_proc_rss": ru.ru_maxrss * 1024, "max_procs": max(peak["procs"], 1),
-            "sampler_cpu_s": round(peak["cpu_s"], 2), "rc": proc.returncode, "status": status_word,
-            "load_avg_1m": round(load, 2), "code": code_stamp(),
-            "stderr_tail": err.strip().splitlines()[-1] if err.strip() else ""}
-
-
-def code_stamp() -> str:
-    """HEAD and a digest of uncommitted changes under workbench/: other sessions commit while a
-    long run goes on, and a table must not mix versions unawares."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        diff = subprocess.run(["git", "diff", "HEAD", "--", "workbench"], capture_output=True, cwd=ROOT).stdout
-    except OSError:
-        return "?"
-    return head + (f"+{zlib.crc32(diff):08x}" if diff else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,128 +163,6 @@ print(json.dumps(json.loads(json.dumps(analyze_run(sys.argv[1]).to_json(), defau
 
 def same_json(a: Path, b: Path) -> bool:
     return json.loads(a.read_text()) == json.loads(b.read_text())
-
-
-# --------------------------------------------------------------------------------------------
-# Data
-
-
-def _gzip_header() -> bytes:
-    return b"\x1f\x8b\x08\x00" + struct.pack("<I", int(time.time())) + b"\x00\xff"
-
-
-def _deflate(data: bytes, final: bool, level: int = 6) -> bytes:
-    """Raw deflate blocks of ``data``. Not final: ends at a sync flush (byte-aligned, not the last
-    block), so more blocks may follow; back-references stay inside ``data``, so the blocks are
-    valid after any preceding output."""
-    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return c.compress(data) + c.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
-
-
-def _split_trace(text: bytes) -> tuple[bytes, bytes, bytes]:
-    """(header up to the events, the events, the tail after them) of a Kineto JSON text."""
-    m = re.search(rb'"traceEvents"\s*:\s*\[', text)
-    if not m:
-        sys.exit("source trace has no traceEvents array")
-    k = text.rfind(b'"traceName"')
-    k = k if k > m.end() else len(text)
-    return text[:m.start()], text[m.start():k], text[k:]
-
-
-def _rank_header(head: bytes, rank: int, world: int) -> bytes:
-    """``head`` with distributedInfo saying rank/world (and its process groups spanning the world)."""
-    line = re.search(rb'"distributedInfo"\s*:\s*(\{.*\}),\s*\n', head)
-    info: dict[str, Any] = {"backend": "nccl"}
-    if line:
-        info = json.loads(line.group(1))
-        head = head[:line.start()] + head[line.end():]
-    info.update(rank=rank, world_size=world)
-    for g in info.get("pg_config") or []:
-        if isinstance(g, dict) and g.get("pg_size") == 1:
-            g.update(pg_size=world, ranks=list(range(world)))
-    return head + b'"distributedInfo": ' + json.dumps(info).encode() + b",\n  "
-
-
-def source_text(src_dir: Path, min_mb: float, work: Path) -> tuple[bytes, str]:
-    """The decompressed rank-0 trace of ``src_dir``; replicated with the builder up to ``min_mb``
-    when smaller."""
-    f = sorted(src_dir.glob("rank0.pt.trace.json*"))[0]
-    text = gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()
-    if len(text) >= min_mb * 1e6:
-        return text, f"{f.relative_to(ROOT) if f.is_relative_to(ROOT) else f} as captured"
-    tmp = work / "replicated-source"
-    tmp.mkdir(parents=True, exist_ok=True)
-    out, n, steps = build(f, tmp, 0, min_mb)
-    text = out.read_bytes()
-    shutil.rmtree(tmp)
-    return text, f"{f.name} replicated to {steps} steps"
-
-
-def build_ranks(src_dir: Path, out: Path, world: int, *, min_mb: float = 20.0, bare: bool = False,
-                text: bytes | None = None) -> dict[str, Any]:
-    """Write a ``world``-rank run directory at ``out`` (see the module docstring). Reuses a
-    directory a previous ``--keep`` run built with the same parameters."""
-    params = {"source": str(src_dir), "world": world, "min_mb": min_mb, "bare": bare, "v": 1}
-    marker = out / ".scale-built.json"
-    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
-        return json.loads(marker.read_text())["info"]
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    t0 = time.perf_counter()
-    if text is None:
-        text, how = source_text(src_dir, min_mb, out.parent)
-    else:
-        how = "given"
-    head, body, tail = _split_trace(text)
-    body_z = _deflate(body, final=False)
-    for r in range(world):
-        h = _rank_header(head, r, world)
-        t = re.sub(rb"rank\d+\.pt\.trace", f"rank{r}.pt.trace".encode(), tail)
-        crc = zlib.crc32(t, zlib.crc32(body, zlib.crc32(h)))
-        with open(out / f"rank{r}.pt.trace.json.gz", "wb") as f:
-            f.write(_gzip_header())
-            f.write(_deflate(h, final=False))
-            f.write(body_z)
-            f.write(_deflate(t, final=True))
-            f.write(struct.pack("<II", crc & 0xFFFFFFFF, (len(h) + len(body) + len(t)) & 0xFFFFFFFF))
-    if not bare:
-        manifest = json.loads((src_dir / "manifest.json").read_text()) if (src_dir / "manifest.json").exists() else {}
-        if manifest:
-            entry = dict(manifest.get("ranks", {}).get("0", {}))
-            manifest.update(world_size=world, nproc_per_node=world, run_id=out.name,
-                            ranks={str(r): {**entry, "rank": r, "world_size": world, "local_rank": r} for r in range(world)})
-            (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        for kind in ("steps", "nvml"):
-            csv = src_dir / f"{kind}_rank0.csv"
-            if csv.exists():
-                for r in range(world):
-                    shutil.copyfile(csv, out / f"{kind}_rank{r}.csv")
-    info = {"ranks": world, "rank_mb": round((len(head) + len(body) + len(tail)) / 1e6, 2),
-            "rank_gz_mb": round((out / "rank0.pt.trace.json.gz").stat().st_size / 1e6, 2),
-            "total_gz_mb": round(sum(f.stat().st_size for f in out.glob("*.gz")) / 1e6, 1),
-            "events_per_rank": body.count(b'"ph"'), "source": how, "manifest": (out / "manifest.json").exists(),
-            "build_s": round(time.perf_counter() - t0, 1)}
-    marker.write_text(json.dumps({"params": params, "info": info}))
-    return info
-
-
-def build_big(src: Path, out: Path, min_events: int, min_mb: float) -> dict[str, Any]:
-    """One replicated single-rank trace at ``out/rank0.pt.trace.json`` (reused when a ``--keep``
-    run built it with the same parameters)."""
-    params = {"source": str(src), "min_events": min_events, "min_mb": min_mb, "v": 1}
-    marker = out / ".scale-built.json"
-    if marker.exists() and json.loads(marker.read_text()).get("params") == params:
-        return json.loads(marker.read_text())["info"]
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    t0 = time.perf_counter()
-    f = sorted(src.glob("rank0.pt.trace.json*"))[0] if src.is_dir() else src
-    trace, n_events, n_steps = build(f, out, min_events, min_mb)
-    info = {"events": n_events, "steps": n_steps, "mb": round(trace.stat().st_size / 1e6, 1),
-            "source": str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f),
-            "build_s": round(time.perf_counter() - t0, 1)}
-    marker.write_text(json.dumps({"params": params, "info": info}))
-    return info
 
 
 # --------------------------------------------------------------------------------------------

@@ -250,3 +250,19 @@ def test_root_forwards_to_overview_with_the_run(app):
     app.run()
     assert not app.exception
     assert app.title[0].value == "ddp_fixed_data" and app.query_params["run"] == "ddp_fixed_data"
+
+
+def test_compare_page_opens_on_the_newest_run_and_its_closest_predecessor(monkeypatch, tmp_path):
+    """Issue 19: it opened on the two newest runs (engine_pp_1f1b_m8 vs demo-slow-data), unrelated."""
+    import shutil
+
+    for name in ("engine_pp_1f1b_m8", "ddp_slow_data"):
+        shutil.copytree(TRACES / name, tmp_path / name, ignore=shutil.ignore_patterns(".workbench-cache"))
+    demo = tmp_path / "demo-slow-data"  # `make demo`: the slow example again, the newest run
+    shutil.copytree(TRACES / "ddp_slow_data", demo, ignore=shutil.ignore_patterns(".workbench-cache"))
+    m = json.loads((demo / "manifest.json").read_text())
+    m.update(start_utc="2026-12-09T10:00:00+00:00", run_id="demo-slow-data",
+             command="workbench profile --nproc-per-node 2 --out traces/demo-slow-data workbench/examples/slow_data_ddp.py --num-workers 0")
+    (demo / "manifest.json").write_text(json.dumps(m))
+    at = open_page(monkeypatch, "compare_page", run=None, root=tmp_path)
+    assert at.query_params["a"] == "ddp_slow_data" and at.query_params["b"] == "demo-slow-data"

@@ -4,7 +4,7 @@
 Their trimmed run directories are committed under traces/corpus/; these tests analyse each one
 as ``workbench analyze`` would and hold it to its table row: no crash, the world size it ran
 with, the step source it was cut by, the diagnoses expected present and absent. No process is
-started: the runs were made by ``python benchmarks/corpus.py run``.
+started: the runs were made by ``python -m benchmarks.corpus run``.
 """
 
 from __future__ import annotations

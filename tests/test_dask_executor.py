@@ -16,7 +16,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from workbench import reduce  # noqa: E402
+from workbench import cache  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.verdict import analyze_run  # noqa: E402
 
@@ -44,7 +44,7 @@ def _cluster():
 @pytest.fixture
 def run_copy(tmp_path):
     dst = tmp_path / "engine_zero3"
-    shutil.copytree(ROOT / "traces" / "engine_zero3", dst, ignore=shutil.ignore_patterns(reduce.CACHE_DIR))
+    shutil.copytree(ROOT / "traces" / "engine_zero3", dst, ignore=shutil.ignore_patterns(cache.CACHE_DIR))
     return dst
 
 
@@ -67,7 +67,7 @@ def test_cli_executor_flag(cluster, run_copy):
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["run"]["world_size"] == 2 and doc["verdict"]
-    assert not (run_copy / reduce.CACHE_DIR).exists()
+    assert not (run_copy / cache.CACHE_DIR).exists()
 
 
 def test_unreachable_scheduler_is_one_line(run_copy):

@@ -53,8 +53,17 @@ def test_slow_data_reports_stall_with_the_measured_share(tb_slow):
         assert abs(parts - row["step_ms"]) < 1e-3 * row["step_ms"]
 
 
-def test_enough_workers_report_no_stall_at_warning(tb_fast):
+def test_enough_workers_report_what_the_trace_shows(tb_fast, tb_slow):
+    """8 workers hide the per-sample cost on an idle machine (1-3 % of the step); on a loaded one
+    they cannot keep up and the trace shows the training waiting. Whatever the machine did, the
+    verdict must match the trace's own reading (``direct_share_pct``) against the rule's 10 %:
+    quiet well below it, a warning well above it (within 2 points of it either may hold)."""
     out = analyze_json(tb_fast)
     assert out["summary"]["steps"] == 3
-    assert direct_share_pct(tb_fast) < 10.0
-    assert not [d for d in out["diagnoses"] if d["id"] == "dataloader_stall" and d["severity"] != "info"]
+    share = direct_share_pct(tb_fast)
+    warned = [d for d in out["diagnoses"] if d["id"] == "dataloader_stall" and d["severity"] != "info"]
+    if share < 8.0:
+        assert not warned, (share, warned)
+    elif share > 12.0:
+        assert warned and abs(warned[0]["evidence"]["share_pct"] - share) <= 5.0, (share, warned)
+    assert share < direct_share_pct(tb_slow)  # workers never wait longer than loading in the loop

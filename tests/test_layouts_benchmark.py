@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_tp_layout_row_counts_the_shared_batch_once(tmp_path):
     out = tmp_path / "layouts.json"
-    r = subprocess.run([sys.executable, "benchmarks/layouts.py", "--nproc", "2", "--only", "tp", "--no-twins",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.layouts", "--nproc", "2", "--only", "tp", "--no-twins",
                         "--steps", "6", "--out", str(tmp_path / "runs"), "--json", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -35,9 +35,11 @@ def test_profile_two_ranks_writes_the_contract(profiled_slow):
         nvml = pd.read_csv(out / f"nvml_rank{rank}.csv")
         assert list(nvml.columns) == list(contract.NVML_COLUMNS)
         assert len(nvml) > 0 and set(nvml["source"]) == {"cpu"}
-    # the script's stdout passes through; the verdict follows on stderr
+    # the script's stdout passes through, then the verdict follows on stdout; notes on stderr
     assert "step 9 loss" in r.stdout
-    assert "dataloader_stall" in r.stderr and "verdict" in r.stderr
+    assert "dataloader_stall" in r.stdout and "verdict" in r.stdout
+    assert r.stdout.index("step 9 loss") < r.stdout.index("verdict")
+    assert "run written to" in r.stderr and "verdict" not in r.stderr
 
 
 def test_exit_code_and_output_pass_through(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from tests.conftest import TRACES, workbench
@@ -47,3 +48,20 @@ def test_fixed_run_report_matches_the_analysis(tmp_path):
     assert 'id="dataloader_stall"' not in text
     assert all(f'id="{d.id}"' in text for d in expected.diagnoses)
     assert html.escape(expected.verdict) in text
+
+
+def test_report_shows_the_cli_mfu_and_plain_evidence():
+    """One MFU (``efficiency.mfu_pct`` of --json) in the CLI, the app and the report; evidence as
+    --json prints it (issue 19: the report showed "MFU —" on gpu_slow_data and np.float64(…))."""
+    from workbench.report import render
+    from workbench.verdict import analyze_run
+
+    a = analyze_run(TRACES / "gpu_slow_data")
+    text = render(a)
+    mfu = a.to_json()["efficiency"]["mfu_pct"]
+    assert round(mfu, 1) == 3.2 and f"MFU<b>{mfu:.1f}%</b>" in text
+    assert "np.float64" not in text and "np.int64" not in text
+    for d in a.diagnoses:
+        for k, v in d.evidence.items():
+            if isinstance(v, dict):
+                assert html.escape(json.dumps(v, default=str, ensure_ascii=False)) in text

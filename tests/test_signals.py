@@ -116,7 +116,7 @@ def test_signal_ends_the_run_cleanly_and_keeps_the_capture(tmp_path, sig):
     assert_kept(out)
     assert_nothing_left(out)
     if sig == signal.SIGTERM:  # the verdict of what was captured is still printed
-        assert "verdict" in output(out, "stderr")
+        assert "verdict" in output(out, "stdout")
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ def test_max_steps_is_a_clean_stop_recorded_in_the_manifest(tmp_path):
     m = json.loads((tmp_path / "stop" / "manifest.json").read_text())
     assert m["status"] == "ok" and m["stopped"] == "max_steps" and m["steps_from"] == "optimizer"
     assert m["ranks"]["0"]["stopped"] == "max_steps" and m["ranks"]["0"]["steps"] == 6
-    assert "verdict" in r.stderr  # the verdict follows a clean stop too
+    assert "verdict" in r.stdout  # the verdict follows a clean stop too
     assert_nothing_left(tmp_path)
 
 

@@ -1,34 +1,51 @@
-"""Where a run's analysis is cached, and the cached ``--json`` document (no pandas: a cached
-run's verdict prints before pandas could even be imported).
+"""The analysis cache of a run: its per-rank frames and its last ``--json`` document.
 
-The per-rank summaries themselves are written and read by :mod:`workbench.reduce`; this module
-holds what both need: the cache directory, the key (every input file's name, size and mtime, the
-summary version and the workbench version), and the last ``workbench analyze --json`` document.
+One call for the reducer, :func:`summaries` (get or compute): it owns the key, the directory, the
+read and the write. The key is everything the frames are made from — each trace's and the
+manifest's name, size and mtime, the run's :class:`~workbench.analysis.frames.Params`, the frame
+names asked for, the workbench version, and a hash of the code that computes frames and rules
+(:data:`SOURCES`) — so a new trace, an upgrade or an edited rule recomputes. A cache that lacks
+a frame asked for, or holds one that does not read back as its type, is recomputed with a
+one-line note: never an error.
+
+Layout (``RUN/.workbench-cache/``, or ``$XDG_CACHE_HOME/workbench/<hash>`` when the run is
+read-only, or ``$WORKBENCH_CACHE_DIR/<hash>``): ``index.json`` (the key, and per rank the trace's
+metadata, the small frames as JSON, the shapes of its tables) plus one Parquet file per table
+(every rank's rows with a ``_file`` column); ``analysis.json`` the last ``workbench analyze
+--json`` document (:func:`cached_result`). JSON and Parquet, never pickle: a run directory can
+come from anyone, and loading it must not run code.
+
+No pandas at import: a cached run's verdict prints (:func:`cached_result`) before pandas could
+even be imported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import os
+import shutil
+import sys
+import tempfile
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench import contract
+from workbench.kineto import trace_files
+
+if TYPE_CHECKING:
+    from workbench.analysis.frames import Frame, Params, RankSummary
 
 CACHE_DIR = ".workbench-cache"
-SUMMARY_VERSION = 1
-"""Bump when a frame's content or the cache layout changes: older caches are then recomputed."""
 RESULT = "analysis.json"  # the last --json document, beside the summaries
-TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
-
-
-def trace_files(path: Path) -> list[Path]:
-    """The trace files of a run directory (``*.pt.trace.json[.gz]``), sorted."""
-    files: set[Path] = set()
-    for g in TRACE_GLOBS:
-        files.update(Path(path).glob(g))
-    return sorted(files)
+INDEX = "index.json"
+SOURCES = ("kineto.py", "contract.py", "peaks.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
+           "load", "analysis", "diagnose")
+"""The code that computes frames and rules (paths in the workbench package): its hash is part of
+the key. tests/test_imports.py checks that everything ``workbench.verdict`` imports is here."""
 
 
 def cache_dir(run_path: Path) -> Path:
@@ -53,23 +70,255 @@ def version() -> str:
         return "0"
 
 
+@lru_cache(maxsize=1)
+def code_key() -> str:
+    """sha256 of the :data:`SOURCES` (their paths and bytes): a change of any of them, an edited
+    threshold as an upgrade, makes every cached analysis stale. ~2 ms, once per process."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in SOURCES:
+        p = root / name
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(str(f.relative_to(root)).encode() + b"\0")
+            try:
+                h.update(f.read_bytes())
+            except OSError:  # an installation without this file: its absence is part of the key
+                h.update(b"\0missing")
+    return h.hexdigest()
+
+
 def stat_key(f: Path) -> list:
     st = f.stat()
     return [f.name, st.st_size, st.st_mtime_ns]
 
 
 def summary_key(path: Path, files: list[Path], params: list) -> dict[str, Any]:
-    """The key of a run's summaries: they depend on the traces, the manifest's device name and
-    memory (``params``), the reducer's version and workbench's."""
+    """What a run's frames are made from: the traces, the manifest, the run's device name and
+    memory (``params``), workbench's version and code."""
     manifest = Path(path) / contract.MANIFEST if Path(path).is_dir() else None
-    return {"summary_version": SUMMARY_VERSION, "workbench": version(), "params": list(params),
+    return {"code": code_key(), "workbench": version(), "params": list(params),
             "files": [stat_key(f) for f in files],
             "manifest": stat_key(manifest) if manifest is not None and manifest.exists() else None}
 
 
+# ---- the per-rank frames ------------------------------------------------------------------------
+
+def summaries(run_path: Path, files: list[Path], params: Params, frames: Sequence[Frame],
+              compute: Callable[[], list[RankSummary]], use: bool = True) -> tuple[list[RankSummary], bool]:
+    """(the run's per-rank summaries holding ``frames``, whether they came from the cache): read
+    from the cache when it holds them all for these files, else ``compute()`` d and written
+    (``use=False``: neither read nor written)."""
+    if not use:
+        return compute(), False
+    key = json.loads(json.dumps({**summary_key(run_path, files, [params.device_name, params.capacity_bytes]),
+                                 "frames": sorted(f.name for f in frames)}))
+    target = cache_dir(run_path)
+    got = _read(target, key, frames, run_path)
+    if got is not None:
+        return got, True
+    out = compute()
+    _write(target, key, out, frames)
+    return out, False
+
+
+class _Unreadable(Exception):
+    """A cached frame that is missing or does not read back as its type."""
+
+
+def _read(target: Path, key: dict, frames: Sequence[Frame], run_path: Path) -> list[RankSummary] | None:
+    """The cached summaries when the key matches and every frame reads back, else None."""
+    idx = target / INDEX
+    if not idx.exists():
+        return None
+    try:
+        doc = json.loads(idx.read_text())
+        if not isinstance(doc, dict) or doc.get("key") != key:
+            return None
+        return _decode(target, doc, frames, run_path)
+    except Exception as e:  # noqa: BLE001 - a broken cache is recomputed, never an error
+        why = str(e) if isinstance(e, _Unreadable) else type(e).__name__
+        print(f"workbench: ignoring an unreadable analysis cache in {target} ({why}); recomputing", file=sys.stderr)
+        return None
+
+
+def _table_names(frame: Frame) -> list[str] | None:
+    """The tables a frame is stored as: [name] for a DataFrame, name.field for a dataclass of
+    DataFrames, None for a JSON value."""
+    import pandas as pd
+
+    if frame.returns is pd.DataFrame:
+        return [frame.name]
+    if isinstance(frame.returns, type) and dataclasses.is_dataclass(frame.returns):
+        return [f"{frame.name}.{f.name}" for f in dataclasses.fields(frame.returns)]
+    return None
+
+
+def _write(target: Path, key: dict, summaries: list[RankSummary], frames: Sequence[Frame]) -> None:
+    """Write the summaries (best effort: a read-only place, a full disk or no pyarrow only costs
+    the cache)."""
+    try:
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    except OSError:
+        return
+    try:
+        by_table: dict[str, list[pd.DataFrame]] = {}
+        index = []
+        for i, s in enumerate(summaries):
+            shapes, small = {}, {}
+            for f in frames:
+                value = s.frames[f.name]
+                names = _table_names(f)
+                if names is None:
+                    small[f.name] = _jsonable(value)
+                    continue
+                parts = [value] if len(names) == 1 else [getattr(value, n.split(".", 1)[1]) for n in names]
+                for name, df in zip(names, parts):
+                    shapes[name] = {"columns": [str(c) for c in df.columns], "rows": len(df),
+                                    "index": not isinstance(df.index, pd.RangeIndex) or df.index.start != 0 or df.index.step != 1}
+                    if len(df):
+                        d = df.reset_index(names="__index") if shapes[name]["index"] else df.reset_index(drop=True)
+                        by_table.setdefault(name, []).append(_portable(d).assign(_file=i))
+                    else:
+                        shapes[name]["dtypes"] = {str(c): str(t) for c, t in df.dtypes.items()}
+            index.append({"path": s.path.name, "rank": s.rank, "world_size": s.world_size, "distributed": _jsonable(s.distributed),
+                          "devices": _jsonable(s.devices), "base_time_ns": s.base_time_ns,
+                          "first_step": list(s.first_step) if s.first_step else None, "start_s": s.start_s, "end_s": s.end_s,
+                          "n_events": s.n_events, "has_gpu": s.has_gpu, "json": small, "tables": shapes})
+        names = {}
+        for j, (name, parts) in enumerate(sorted(by_table.items())):
+            fname = f"t{j}.parquet"
+            pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False), tmp / fname)
+            names[name] = fname
+        (tmp / INDEX).write_text(json.dumps({"key": key, "tables": names, "ranks": index}))
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except (OSError, pa.ArrowException) as e:
+        print(f"workbench: could not write the analysis cache ({e}); analysis is unaffected", file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _decode(target: Path, doc: dict, frames: Sequence[Frame], run_path: Path) -> list[RankSummary]:
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from workbench.analysis.frames import RankSummary
+
+    parts: dict[str, dict[int, pd.DataFrame]] = {}
+    for name, fname in doc["tables"].items():
+        df = pq.read_table(target / fname).to_pandas()
+        parts[name] = {int(i): g.drop(columns="_file").reset_index(drop=True) for i, g in df.groupby("_file", sort=False)}
+    out = []
+    for i, r in enumerate(doc["ranks"]):
+        def table(name: str, i=i, r=r) -> pd.DataFrame:
+            if name not in r["tables"]:
+                raise _Unreadable(f"no frame {name}")
+            return _restore(parts.get(name, {}).get(i, pd.DataFrame()), r["tables"][name])
+
+        values: dict[str, Any] = {}
+        for f in frames:
+            names = _table_names(f)
+            if names is None:
+                if f.name not in r["json"]:
+                    raise _Unreadable(f"no frame {f.name}")
+                v = _unjson(r["json"][f.name])
+                ok = (f.returns,) if isinstance(f.returns, type) else f.returns
+                if not isinstance(v, ok + ((list,) if tuple in ok else ())):
+                    raise _Unreadable(f"frame {f.name} is a {type(v).__name__}")
+            elif len(names) == 1:
+                v = table(f.name)
+            else:
+                v = f.returns(**{n.split(".", 1)[1]: table(n) for n in names})
+            values[f.name] = v
+        out.append(RankSummary(path=Path(run_path) / r["path"], rank=r["rank"], world_size=r["world_size"],
+                               distributed=r["distributed"], devices=r["devices"], base_time_ns=r["base_time_ns"],
+                               first_step=tuple(r["first_step"]) if r["first_step"] else None,
+                               start_s=r["start_s"], end_s=r["end_s"], n_events=r["n_events"], has_gpu=r["has_gpu"],
+                               frames=values))
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    """``v`` with numpy scalars as Python ones and non-finite floats tagged (JSON has none)."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "item") and type(v).__module__ == "numpy":  # a numpy scalar
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"__float__": repr(v)}
+    return v
+
+
+def _unjson(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"__float__"}:
+            return float(v["__float__"])
+        return {k: _unjson(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_unjson(x) for x in v]
+    return v
+
+
+def _portable(df):
+    """Columns Parquet stores and every rank's part concatenates: categoricals and mixed object
+    columns as strings (values, not codes; analysis compares values)."""
+    import pandas as pd
+
+    out = {}
+    for c in df.columns:
+        col = df[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            col = col.astype(str)
+        elif col.dtype == object:
+            if col.map(lambda x: isinstance(x, (list, dict, tuple))).any():
+                col = col.map(lambda x: json.dumps(_jsonable(x)) if isinstance(x, (list, dict, tuple)) else x)
+                out[f"__json__{c}"] = col
+                continue
+            col = col.map(lambda x: x if x is None or isinstance(x, str) else str(x))
+        out[str(c)] = col
+    return pd.DataFrame(out, index=df.index)
+
+
+def _restore(df, shape: dict):
+    import pandas as pd
+
+    if not shape["rows"]:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(t)) for c, t in shape.get("dtypes", {}).items()},
+                            columns=shape["columns"])
+    if len(df) != shape["rows"]:
+        raise _Unreadable(f"a table holds {len(df)} rows of {shape['rows']}")
+    for c in [c for c in df.columns if c.startswith("__json__")]:
+        df[c[len("__json__"):]] = df.pop(c).map(lambda x: json.loads(x) if isinstance(x, str) else x)
+    if shape["index"]:
+        df = df.set_index("__index")
+        df.index.name = None
+    return df[shape["columns"]]
+
+
+def _dtype(t: str):
+    import pandas as pd
+
+    try:
+        return pd.api.types.pandas_dtype(t)
+    except TypeError:
+        return object
+
+
+# ---- the --json document ------------------------------------------------------------------------
+
 def _result_key(path: Path | str) -> tuple[Path, dict] | None:
-    """(run directory, key) of the ``--json`` document: the summaries' key plus the CSVs the
-    verdict also reads (steps, NVML); None when the run cannot be keyed cheaply."""
+    """(run directory, key) of the ``--json`` document: what the frames are made from plus the
+    CSVs the verdict also reads (steps, NVML); None when the run cannot be keyed cheaply."""
     path = Path(path)
     if path.is_file():
         run_path, files, manifest = path.parent, [path], {}
@@ -113,7 +362,7 @@ def write_result(path: Path | str, analysis: dict) -> None:
         return
     run_path, key = found
     target = cache_dir(run_path)
-    if not (target / "index.json").exists():
+    if not (target / INDEX).exists():
         return
     try:
         tmp = target / (RESULT + ".tmp")

@@ -76,6 +76,45 @@ class Comparison:
         }
 
 
+def _words(command) -> set[str]:
+    """The words of a run's command, its output directory aside (every run has its own)."""
+    if isinstance(command, str):
+        import shlex
+
+        try:
+            command = shlex.split(command)
+        except ValueError:
+            command = command.split()
+    words, skip = set(), False
+    for w in command or []:
+        if skip:
+            skip = False
+        elif w == "--out":
+            skip = True
+        elif not w.startswith("--out="):
+            words.add(str(w))
+    return words
+
+
+def default_pair(runs: list[dict]) -> tuple[int, int] | None:
+    """(A, B) for a comparison nobody chose yet, as indexes into ``runs`` (load.find_runs: newest
+    first): B the newest run, A its closest predecessor — of the older runs, the one with B's world
+    size and device whose command shares the most words with B's (a re-run with one toggle
+    changed), the newest of equals. None with fewer than two runs."""
+    if len(runs) < 2:
+        return None
+    b = runs[0]
+    mine = _words(b.get("command"))
+
+    def likeness(i: int) -> tuple:
+        r = runs[i]
+        theirs = _words(r.get("command"))
+        shared = len(mine & theirs) / len(mine | theirs) if mine | theirs else 0.0
+        return (r.get("world_size") == b.get("world_size"), r.get("device") == b.get("device"), shared, -i)
+
+    return max(range(1, len(runs)), key=likeness), 0
+
+
 def _serious(analysis) -> set[str]:
     return {d.id for d in analysis.diagnoses if d.severity != "info"}
 
@@ -131,10 +170,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _print(cmp: Comparison) -> None:
-    from rich.console import Console
+    """The comparison on stdout (workbench.console)."""
     from rich.table import Table
 
-    con = Console(stderr=True, highlight=False)
+    from workbench.console import out
+
+    con = out()
     t = Table(title=f"A = {cmp.a.run.name}   B = {cmp.b.run.name}", title_justify="left")
     for c in ("metric", "A", "B", "Δ", "Δ%"):
         t.add_column(c, justify="left" if c == "metric" else "right")

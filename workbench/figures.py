@@ -7,14 +7,13 @@ otherwise; memory is in GiB.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.analysis.steps import CATEGORIES, COMM_KERNEL, CPU_COMM_OP, DATALOADER, PROFILER_STEP, comm_threads, main_thread
+from workbench.analysis.events import classify
+from workbench.analysis.steps import CATEGORIES
 from workbench.load.trace import Trace
 
 CATEGORY_COLOURS = {
@@ -74,15 +73,6 @@ def step_time_lines(breakdown: pd.DataFrame, title: str = "Step time and its Dat
 
 # --- Timeline -------------------------------------------------------------------------------------
 
-def _name_mask(events: pd.DataFrame, pattern) -> np.ndarray:
-    """Regex over the category levels, not over every row: 10× cheaper on a million events."""
-    names = events["name"]
-    rx = re.compile(pattern) if isinstance(pattern, str) else pattern
-    hit = np.fromiter((rx.search(str(c)) is not None for c in names.cat.categories), bool, len(names.cat.categories))
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, hit[codes], False)
-
-
 def _inside(ev: pd.DataFrame, container: np.ndarray) -> np.ndarray:
     """Rows of ``ev`` that start inside one of the ``container`` rows' intervals (e.g. the collate
     ops inside a DataLoader wait, which belong to the wait, not to the CPU-ops lane)."""
@@ -132,8 +122,10 @@ def timeline_lanes(trace: Trace, windows: pd.DataFrame, rank: int, lo_us: float 
     """The lanes of one rank's timeline, downsampled for drawing.
 
     Lanes: ``step`` (profiler steps), ``dataloader`` (main thread in ``DataLoader.__next__``),
-    ``cpu ops`` (other main-thread work), ``communication`` (c10d ops, gloo threads, NCCL kernels),
-    ``gpu kernels`` (other device work). Nested events collapse into their outermost one and
+    ``cpu ops`` (other main-thread work), ``communication`` (what the step breakdown counts as
+    communication: NCCL kernels on GPU traces; on CPU traces the main thread's c10d ops and
+    backend annotations and communication on gloo's and other threads, see
+    :class:`workbench.analysis.events.EventClasses`), ``gpu kernels`` (other device work). Nested events collapse into their outermost one and
     events closer than (hi−lo)/(4·max_segments) merge, so a lane never holds more than
     ``max_segments`` bars whatever the trace size. ``windows``: analysis.steps.step_windows.
     Columns: rank, lane, start_us, end_us, events (merged), label.
@@ -141,22 +133,15 @@ def timeline_lanes(trace: Trace, windows: pd.DataFrame, rank: int, lo_us: float 
     ev = trace.events
     lo = float(windows["start_us"].min()) if lo_us is None else float(lo_us)
     hi = float(windows["end_us"].max()) if hi_us is None else float(hi_us)
-    ts = ev["ts_us"].to_numpy()
-    inside = (ts < hi) & (ts + ev["dur_us"].to_numpy() > lo)
+    c = classify(trace)  # the breakdown's classes: the lanes show what it counts
+    inside = (c.start_us < hi) & (c.end_us > lo)
     ev = ev[inside]
-    main = main_thread(trace)
-    tid = ev["tid"].astype(str).to_numpy() if len(ev.index) < 50_000 else np.asarray(ev["tid"].astype(str))
-    is_gpu = ev["is_gpu"].to_numpy()
-    on_main = (tid == main) & ~is_gpu
-    is_step = _name_mask(ev, PROFILER_STEP.pattern)
-    is_dl = _name_mask(ev, DATALOADER.pattern)
-    is_comm = ((_name_mask(ev, CPU_COMM_OP.pattern) & on_main) | (np.isin(tid, list(comm_threads(trace))) & ~is_gpu)
-               | (_name_mask(ev, COMM_KERNEL) & is_gpu))
+    on_main, is_dl, is_comm = c.on_main[inside], c.dataloader[inside], c.communication[inside]
     masks = {
         "dataloader": on_main & is_dl,
-        "cpu ops": on_main & ~is_step & ~is_dl & ~is_comm & ~_inside(ev, on_main & is_dl),
+        "cpu ops": on_main & ~c.step[inside] & ~is_dl & ~is_comm & ~_inside(ev, on_main & is_dl),
         "communication": is_comm,
-        "gpu kernels": is_gpu & ~is_comm,
+        "gpu kernels": c.is_gpu[inside] & ~is_comm,
     }
     frames = []
     w = windows[(windows["end_us"] > lo) & (windows["start_us"] < hi)]

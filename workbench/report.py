@@ -47,15 +47,16 @@ DRAWN_RANKS = 4  # ranks whose events (timeline, memory samples) the report draw
 
 
 def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
+    """(section, figure) pairs: the Overview, Timeline, Utilisation, Communication and Memory views."""
     import pandas as pd  # heavy imports stay out of the CLI's start-up (the parser is built on GPU boxes)
 
-    """(section, figure) pairs: the Overview, Timeline, Utilisation, Communication and Memory views."""
     from workbench import figures as F
+    from workbench.analysis import frames
+    from workbench.analysis.memory import memory_timeline
 
     run = analysis.run
-    ctx = analysis.context
     out = [("Overview", F.step_breakdown_bar(analysis.per_rank)), ("Overview", F.step_time_lines(analysis.breakdown))]
-    windows = ctx.windows
+    windows = analysis.per_rank_frames(frames.WINDOWS)
     # events are drawn for the first few ranks only, each read from its trace (the analysis holds summaries)
     drawn = {r: run.trace(r) for r in sorted(windows)[:DRAWN_RANKS]}
     lanes = pd.concat([F.timeline_lanes(t, windows[r], r) for r, t in drawn.items()], ignore_index=True)
@@ -64,30 +65,20 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     nvml = {r: d.nvml for r, d in run.ranks.items() if d.nvml is not None and not d.nvml.empty}
     if nvml:
         out.append(("Utilisation", F.utilisation(nvml, {r: d.steps for r, d in run.ranks.items()})))
-    try:
-        from workbench.analysis.comm import collective_inventory, comm_overlap
-    except ImportError:
-        collective_inventory = comm_overlap = None
-    if collective_inventory is not None:
-        inv = pd.concat([ctx.frame("inventory", r, collective_inventory).assign(rank=r) for r in sorted(windows)], ignore_index=True)
-        ov = pd.concat([ctx.frame("comm_overlap", r, comm_overlap).assign(rank=r) for r in sorted(windows)], ignore_index=True)
-        if not inv.empty:
-            out.append(("Communication", F.collective_bytes_bar(inv)))
-            out.append(("Communication", F.comm_overlap_bar(ov)))
-    try:
-        from workbench.analysis.memory import memory_timeline
-    except ImportError:
-        memory_timeline = None
-    if memory_timeline is not None:
-        frames = []
-        for r, t in drawn.items():
-            m = memory_timeline(t)
-            if not m.empty:
-                dev = 1 if (m["device_type"] == 1).any() else int(m["device_type"].iloc[0])
-                frames.append(m[m["device_type"] == dev].assign(rank=r))
-        if frames:
-            cap = run.device_memory_bytes if any((f["device_type"] == 1).any() for f in frames) else None
-            out.append(("Memory", F.memory_lines(pd.concat(frames, ignore_index=True), cap, t0)))
+    inv = pd.concat([f.assign(rank=r) for r, f in analysis.per_rank_frames(frames.INVENTORY).items()], ignore_index=True)
+    ov = pd.concat([f.assign(rank=r) for r, f in analysis.per_rank_frames(frames.COMM_OVERLAP).items()], ignore_index=True)
+    if not inv.empty:
+        out.append(("Communication", F.collective_bytes_bar(inv)))
+        out.append(("Communication", F.comm_overlap_bar(ov)))
+    samples = []
+    for r, t in drawn.items():
+        m = memory_timeline(t)
+        if not m.empty:
+            dev = 1 if (m["device_type"] == 1).any() else int(m["device_type"].iloc[0])
+            samples.append(m[m["device_type"] == dev].assign(rank=r))
+    if samples:
+        cap = run.device_memory_bytes if any((f["device_type"] == 1).any() for f in samples) else None
+        out.append(("Memory", F.memory_lines(pd.concat(samples, ignore_index=True), cap, t0)))
     return out
 
 
@@ -130,7 +121,7 @@ def render(analysis) -> str:
     for d in diagnoses:
         gain = d.estimated_gain or {}
         rng = summary.time_range(analysis, d.ranks)
-        ev = "".join(f"<tr><th>{e(str(k))}</th><td>{e(str(v))}</td></tr>" for k, v in d.evidence.items())
+        ev = "".join(f"<tr><th>{e(str(k))}</th><td>{e(summary.evidence_text(v))}</td></tr>" for k, v in d.evidence.items())
         parts.append(
             f'<div class="diag" id="{e(d.id)}"><p><b><code>{e(d.id)}</code></b> · {e(d.severity)} — {e(d.title)}</p>'
             f"<p><b>Fix:</b> {e(d.recommendation)}</p>"

@@ -59,18 +59,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-import numpy as np
-
-from workbench.analysis.comm import collective_inventory, comm_overlap
-from workbench.analysis.kernel_classes import Efficiency, class_breakdown, efficiency, unclassified
-from workbench.analysis.kernels import device_busy
-from workbench.analysis.memory import GIB, memory_summary
+from workbench import reduce
+from workbench.analysis import frames
+from workbench.analysis.frames import Params, RankFrames, unique
+from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
+from workbench.analysis.memory import GIB
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
 from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
-from workbench.diagnose import Context, Diagnosis, diagnose
+from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
 from workbench.errors import WorkbenchError
 from workbench.load import Run
 
@@ -78,6 +78,12 @@ JSON_SCHEMA = "workbench.analyze/1"
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
+ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
+                  frames.INVENTORY, frames.EFFICIENCY)
+"""The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
+and the report's pages read the same)."""
+READS = unique((*ANALYSIS_READS, *RULE_READS))
+"""Every frame a run's analysis reads: what workbench.reduce computes next to each trace."""
 
 
 @dataclass(slots=True)
@@ -87,15 +93,18 @@ class Analysis:
     per_rank: pd.DataFrame
     diagnoses: list[Diagnosis] = field(default_factory=list)
     context: Context | None = None
-    """The frames the rules read (traces, step windows, cached per-rank frames)."""
+    """Each rank's frames (``context.frame(FRAME, rank)``) and what the rules read."""
+
+    def per_rank_frames(self, frame) -> dict[int, Any]:
+        """rank → ``frame`` of that rank (workbench.analysis.frames), for every rank."""
+        ctx = self.context
+        return {} if ctx is None else {r: ctx.frame(frame, r) for r in ctx.ranks}
 
     def collectives(self) -> pd.DataFrame:
         """analysis.comm.collective_inventory of every rank, with a ``rank`` column."""
-        if self.context is None:
-            return pd.DataFrame()
-        frames = [self.context.frame("inventory", r, collective_inventory).assign(rank=r) for r in self.context.traces]
-        frames = [f for f in frames if not f.empty]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        parts = [f.assign(rank=r) for r, f in self.per_rank_frames(frames.INVENTORY).items()]
+        parts = [f for f in parts if not f.empty]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
     def metrics(self) -> dict[str, float | None]:
         """Flat run-level numbers (the ``metrics`` JSON key and the rows of ``workbench compare``)."""
@@ -103,16 +112,15 @@ class Analysis:
         for c, v in self.breakdown_pct().items():
             out[f"{c}_pct"] = v
         ctx = self.context
-        if ctx is None or not ctx.traces:
+        if ctx is None or not ctx.ranks:
             return out
-        busy = [ctx.frame("device_busy", r, device_busy) for r in ctx.traces]
+        busy = list(self.per_rank_frames(frames.DEVICE_BUSY).values())
         busy_pct = float(np.mean([b["busy_pct"].mean() for b in busy if not b.empty])) if busy else None
         out["gpu_busy_pct" if ctx.has_gpu else "compute_busy_pct"] = busy_pct
-        ov = [ctx.frame("comm_overlap", r, comm_overlap) for r in ctx.traces]
-        ov = [o for o in ov if not o.empty]
+        ov = [o for o in self.per_rank_frames(frames.COMM_OVERLAP).values() if not o.empty]
         out["exposed_comm_pct"] = min(float(o["exposed_pct"].mean()) for o in ov) if ov else None
         out["comm_ms_per_step"] = float(np.mean([o["comm_ms"].mean() for o in ov])) if ov else None
-        mem = [ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) for r in ctx.traces]
+        mem = list(self.per_rank_frames(frames.MEMORY_SUMMARY).values())
         res = [m["peak_reserved_bytes"] for m in mem if m["peak_reserved_bytes"]]
         alloc = [m["peak_allocated_bytes"] for m in mem if m["peak_allocated_bytes"]]
         out["peak_reserved_gib"] = max(res) / GIB if res else None
@@ -130,11 +138,7 @@ class Analysis:
 
     def efficiency_frames(self) -> dict[int, Efficiency]:
         """analysis.kernel_classes.efficiency of every rank (FLOPs, MFU per step, kernel classes)."""
-        ctx = self.context
-        if ctx is None:
-            return {}
-        device = self.run.device_name
-        return {r: ctx.frame("efficiency", r, lambda t, w: efficiency(t, device, w)) for r in ctx.traces}
+        return self.per_rank_frames(frames.EFFICIENCY)
 
     def efficiency_json(self) -> dict[str, Any] | None:
         """The ``efficiency`` JSON key (see the module docstring); None when no FLOPs were counted."""
@@ -245,56 +249,28 @@ class Analysis:
 
 def analyze_run(path: Path | str | Run, progress=None, workers: int | None = None, cache: bool = True,
                 executor: str | None = None) -> Analysis:
-    """Load (as per-rank summaries, :mod:`workbench.reduce`), analyse and diagnose a run.
+    """Load a run, reduce each rank to the frames its analysis reads (:data:`READS`, by
+    :mod:`workbench.reduce`), and run the rules on them.
 
     ``path``: a run directory, a bare trace directory or one trace file, or a :class:`Run` already
-    loaded with its traces (reduced here, in this process). ``workers``, ``cache``, ``executor``:
-    see :func:`workbench.reduce.load_reduced`.
+    loaded with its traces (their frames are then computed here, as the rules ask). ``workers``,
+    ``cache``, ``executor``: see :func:`workbench.reduce.load_reduced`.
     """
-    from workbench import reduce
-
     if isinstance(path, Run):
         run = path
-        params = reduce.Params(device_name=run.manifest.get("device_name"),
-                               capacity_bytes=int(run.manifest["device_memory_bytes"]) if run.manifest.get("device_memory_bytes") else None)
-        for r, d in run.ranks.items():
-            if d.trace is not None and d.summary is None:
-                d.summary = reduce.summarize(d.trace, d.trace.path, params, rank=r)
+        params = Params.of_manifest(run.manifest)
+        ranks = {r: RankFrames.of_trace(t, r, params) for r, t in run.traces.items()}
     else:
-        run = reduce.load_reduced(path, workers=workers, cache=cache, executor=executor, progress=progress)
-    summaries = run.summaries
-    if not summaries:
+        run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress)
+        params = Params.of_manifest(run.manifest)
+        ranks = {r: s.rank_frames(params) for r, s in run.summaries.items()}
+    if not ranks:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
-    parts = [s.breakdown for _, s in sorted(summaries.items()) if len(s.breakdown)]
+    ranks = dict(sorted(ranks.items()))
+    parts = [b for b in (rf.summary(frames.BREAKDOWN) for rf in ranks.values()) if len(b)]
     breakdown = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
-    per_rank = rank_summary(breakdown)
     config = run.manifest.get("config")
-    ctx = Context(breakdown=breakdown, run_config=config, traces=summaries,
-                  windows={r: s.windows for r, s in summaries.items()},
-                  steps={r: d.steps for r, d in run.ranks.items()},
-                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size,
-                  cache={(k, r): v for r, s in summaries.items() for k, v in s.frames.items()})
-    return Analysis(run=run, breakdown=breakdown, per_rank=per_rank, diagnoses=diagnose(breakdown, config, ctx), context=ctx)
-
-
-def warm(trace, rank: int, windows: pd.DataFrame, breakdown: pd.DataFrame, device_name: str | None,
-         capacity_bytes: int | None) -> dict[str, Any]:
-    """Every per-rank frame the run-level analysis reads, computed from one rank's ``trace``:
-    the rules, the JSON's metrics, collectives and efficiency run on this rank alone and each
-    frame they ask :meth:`Context.frame` for is kept (workbench.reduce calls it per rank).
-    Frames a rule reads only under conditions a single rank cannot show (straggler_rank with
-    two ranks) are named in ``diagnose.RANK_FRAMES``."""
-    from workbench.diagnose import RANK_FRAMES
-    from workbench.load.run import RankData
-
-    ctx = Context(breakdown=breakdown, traces={rank: trace}, windows={rank: windows}, capacity_bytes=capacity_bytes)
-    run = Run(path=Path(trace.path).parent, manifest={"device_name": device_name, "device_memory_bytes": capacity_bytes},
-              ranks={rank: RankData(rank=rank, trace=trace)})
-    a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), context=ctx)
-    diagnose(breakdown, None, ctx)
-    a.metrics()
-    a.collectives()
-    a.efficiency_frames()
-    for fn in RANK_FRAMES:
-        fn(ctx, rank)
-    return {k: v for (k, _), v in ctx.cache.items()}
+    ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps={r: d.steps for r, d in run.ranks.items()},
+                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size)
+    return Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
+                    context=ctx)

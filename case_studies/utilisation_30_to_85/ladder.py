@@ -5,6 +5,8 @@ rung before, and write the raw numbers.
     PYTHONPATH=. python case_studies/utilisation_30_to_85/ladder.py --scale gpu --out runs/case
     # here (CPU, 2 gloo ranks): the same story at test scale (tests/test_case_study.py runs it)
     python case_studies/utilisation_30_to_85/ladder.py --scale cpu --out /tmp/case
+    # the committed rungs (traces/case_cpu_*, copied into OUT/<rung>), analysed without training
+    python case_studies/utilisation_30_to_85/ladder.py --scale cpu --out /tmp/case --reuse
     # anywhere with plotly: RESULTS.md's tables and figures from the raw numbers
     python case_studies/utilisation_30_to_85/render.py case_studies/utilisation_30_to_85/results_gpu.json
 
@@ -145,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-cost-ms", type=float, default=None,
                    help="GPU scale: CPU ms per sample of the transform (calibrated into data.sample_cost)")
     p.add_argument("--json", type=Path, default=None, help="results file (default OUT/results.json)")
+    p.add_argument("--reuse", action="store_true",
+                   help="analyse the rung run directories already in OUT (e.g. copies of traces/case_cpu_*) "
+                        "instead of training them again")
     args = p.parse_args(argv)
 
     rung_dir, ranks, schedule = SCALES[args.scale]
@@ -168,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     out_json = args.json or args.out / "results.json"
     for cfg in rungs:
         run_dir = args.out / cfg.stem
-        code = run_rung(cfg, run_dir, ranks, schedule, overrides)
+        if args.reuse and (run_dir / "manifest.json").exists():
+            code = int(json.loads((run_dir / "manifest.json").read_text()).get("exit_code") or 0)
+        else:
+            code = run_rung(cfg, run_dir, ranks, schedule, overrides)
         raw_cfg = tomllib.loads(cfg.read_text())
         entry: dict[str, Any] = {"rung": cfg.stem, "config": str(cfg.relative_to(ROOT)), "exit_code": code,
                                  "run_dir": str(run_dir)}

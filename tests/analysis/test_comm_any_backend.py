@@ -23,8 +23,11 @@ import pytest
 
 from tests.analysis.conftest import DATA
 from tests.conftest import SCRIPTS, TRACES, workbench
-from workbench.analysis.comm import blocked_waits, comm_overlap
-from workbench.analysis.steps import COMM_KERNEL, comm_threads, main_thread, rank_summary, run_breakdown, step_windows
+from workbench.analysis.comm import comm_overlap
+from workbench.analysis.events import comm_threads, main_thread
+from workbench.analysis.intervals import blocked_waits
+from workbench.analysis.steps import rank_summary, run_breakdown, step_windows
+from workbench.kineto import COMM_KERNEL
 from workbench.load import load_run, read_trace
 from workbench.verdict import analyze_run
 
@@ -116,7 +119,7 @@ def test_recv_inside_a_stage_action_is_communication_and_bubble(tmp_path):
     got = shares(t)
     assert got["communication"] == pytest.approx(500)  # c10d::recv_ 10 + gloo:recv 490
     assert got["compute"] == pytest.approx(300)
-    ctx = Context(breakdown=None, traces={0: t}, windows={0: step_windows(t)})
+    ctx = Context.of_traces({0: t})
     d = pipeline_bubble(ctx)
     # busy = Backward 0 (800) − the recv wait (500) = 300 µs → 70 % bubble
     assert d.evidence["bubble_pct"] == pytest.approx(70.0)

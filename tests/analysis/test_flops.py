@@ -11,7 +11,7 @@ import pytest
 from workbench.analysis.flops import attention_flops, conv_flops, gemm_flops, op_flops
 from workbench.analysis.kernel_classes import efficiency
 from workbench.analysis.steps import step_windows
-from workbench.load.columns import SHAPE_OP
+from workbench.kineto import SHAPE_OP
 from workbench.load.trace import read_trace
 from workbench.peaks import peak_flops
 

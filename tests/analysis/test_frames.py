@@ -133,7 +133,7 @@ def test_pipeline_bubble_by_hand(tmp_path):
         f = tmp_path / f"rank{r}.pt.trace.json"
         f.write_text(json.dumps({"traceEvents": evs, "distributedInfo": dict(DIST, rank=r)}))
         traces[r] = read_trace(f)
-    ctx = Context(breakdown=pd.DataFrame(), traces=traces, windows={r: step_windows(t) for r, t in traces.items()})
+    ctx = Context.of_traces(traces)
     d = pipeline_bubble(ctx)
     assert d.severity == "critical" and d.evidence["bubble_pct"] == pytest.approx(60.0)
     assert d.evidence["ideal_bubble_pct"] == pytest.approx(100 / 3, abs=0.01)  # (p−1)/(m+p−1), p = m = 2

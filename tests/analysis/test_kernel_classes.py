@@ -130,5 +130,5 @@ def test_analyze_prints_and_reports_efficiency(capsys):
     assert eff["mfu_pct"] == pytest.approx(sum(s["mfu_pct"] for s in eff["per_step"]) / len(eff["per_step"]), abs=1e-4)
     assert sum(c["time_pct"] for c in eff["classes"]) == pytest.approx(100, abs=0.01)
     assert main(["analyze", str(run)]) == 0
-    text = capsys.readouterr().err
+    text = capsys.readouterr().out  # the verdict is the result: stdout
     assert "MFU" in text and "gemm_simt/fp32" in text

@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 
 import workbench.load.trace as trace_mod
-from workbench.load.columns import (COMM_COLUMNS, COMM_NAME, DECODER, GPU_CATS, LAUNCH_CATS, SHAPE_OP, _ARGS_DECODER, _GPU_DECODER,
-                                     _MEM_DECODER, _SHAPE_DECODER, _comm_row)
+from workbench.kineto import COMM_NAME, GPU_CATS, LAUNCH_CATS, SHAPE_OP
+from workbench.load.columns import (COMM_COLUMNS, DECODER, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _SHAPE_DECODER,
+                                    _comm_row)
 from workbench.load.trace import read_bytes, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench import reduce
-from workbench.analysis.steps import rank_summary, run_breakdown, step_windows
-from workbench.diagnose import Context, diagnose
+from workbench import cache, reduce
 from workbench.load import load_run
-from workbench.verdict import Analysis, analyze_run
+from workbench.verdict import analyze_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,16 +36,10 @@ RUNS = _runs()
 
 
 def _direct(path: Path) -> dict:
-    """The analysis with full traces in memory, frames computed on demand (no summaries)."""
-    run = load_run(path)
-    traces = run.traces
-    breakdown = run_breakdown(traces)
-    config = run.manifest.get("config")
-    ctx = Context(breakdown=breakdown, run_config=config, traces=traces, windows={r: step_windows(t) for r, t in traces.items()},
-                  steps={r: d.steps for r, d in run.ranks.items()}, capacity_bytes=run.device_memory_bytes,
-                  world_size=run.world_size)
-    a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
-                 context=ctx)
+    """The analysis with full traces in memory, each frame computed when a rule asks (no
+    reduction, no cache)."""
+    a = analyze_run(load_run(path))
+    assert a.context.undeclared == [], "frames the rules read without declaring them (@reads)"
     return _j(a.to_json())
 
 
@@ -88,7 +80,7 @@ def copy_of(tmp_path, monkeypatch):
 
     def make(src: Path) -> Path:
         dst = tmp_path / src.name
-        shutil.copytree(src, dst, ignore=shutil.ignore_patterns(reduce.CACHE_DIR))
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns(cache.CACHE_DIR))
         return dst
     return make
 
@@ -98,9 +90,9 @@ def test_summaries_and_cache_give_the_direct_analysis(src, copy_of):
     path = copy_of(src)
     want = _direct(path)
     fresh = analyze_run(path, workers=1, cache=True)
-    assert fresh.context.missed == [], "frames the summaries lack (add them to diagnose.RANK_FRAMES)"
+    assert fresh.context.missed == [], "frames the summaries lack (declare them: @reads, verdict.ANALYSIS_READS)"
     same(want, _j(fresh.to_json()))
-    assert (path / reduce.CACHE_DIR / "index.json").exists()
+    assert (path / cache.CACHE_DIR / "index.json").exists()
     again = analyze_run(path, workers=1, cache=True)
     assert again.context.missed == []
     same(want, _j(again.to_json()))
@@ -115,13 +107,13 @@ def test_worker_processes_give_the_same_json(src, copy_of):
     one = _j(analyze_run(path, workers=1, cache=False).to_json())
     two = _j(analyze_run(path, workers=2, cache=False).to_json())
     same(one, two)
-    assert not (path / reduce.CACHE_DIR).exists(), "--no-cache wrote a cache"
+    assert not (path / cache.CACHE_DIR).exists(), "--no-cache wrote a cache"
 
 
 def test_cache_is_recomputed_when_a_trace_changes(copy_of, capsys):
     path = copy_of(ROOT / "traces" / "engine_ddp")
     analyze_run(path, workers=1)
-    index = path / reduce.CACHE_DIR / "index.json"
+    index = path / cache.CACHE_DIR / "index.json"
     first = index.stat().st_mtime_ns
     trace = sorted(path.glob("rank1.pt.trace.json*"))[0]
     os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))
@@ -141,7 +133,7 @@ def test_read_only_run_caches_in_the_user_cache_dir(copy_of, tmp_path, monkeypat
     path.chmod(0o555)
     try:
         analyze_run(path, workers=1)
-        assert not (path / reduce.CACHE_DIR).exists()
+        assert not (path / cache.CACHE_DIR).exists()
         assert list((tmp_path / "xdg" / "workbench").glob("*/index.json"))
     finally:
         path.chmod(0o755)
@@ -150,10 +142,8 @@ def test_read_only_run_caches_in_the_user_cache_dir(copy_of, tmp_path, monkeypat
 def test_cache_dir_falls_back_when_the_run_is_not_writable(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    from workbench import cache
-
     monkeypatch.setattr(cache.os, "access", lambda p, mode: False)
-    d = reduce.cache_dir(tmp_path / "run")
+    d = cache.cache_dir(tmp_path / "run")
     assert d.parent == tmp_path / "xdg" / "workbench"
 
 
@@ -177,7 +167,7 @@ def _cli_json(path: Path, *flags: str) -> dict:
 def test_cli_reopens_from_the_cached_verdict(copy_of):
     path = copy_of(ROOT / "traces" / "engine_ddp")
     first = _cli_json(path)
-    result = path / reduce.CACHE_DIR / "analysis.json"
+    result = path / cache.CACHE_DIR / "analysis.json"
     assert result.exists()
     stamp = result.stat().st_mtime_ns
     assert _cli_json(path) == first and result.stat().st_mtime_ns == stamp, "the second open must read the cache"

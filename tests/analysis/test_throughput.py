@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from workbench.cli import _print_analysis
+from workbench.console import print_analysis
 from workbench.compare import compare_runs
 from workbench.verdict import analyze_run
 
@@ -30,7 +30,8 @@ def cli_output(analysis) -> str:
     from rich.console import Console
 
     buf = io.StringIO()
-    _print_analysis(analysis, Console(file=buf, width=200, highlight=False, no_color=True))
+    doc = json.loads(json.dumps(analysis.to_json(), default=str))  # as the CLI prints it
+    print_analysis(doc, Console(file=buf, width=200, highlight=False, no_color=True))
     return buf.getvalue()
 
 

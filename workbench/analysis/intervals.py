@@ -96,3 +96,48 @@ def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nda
     lb = union_length(*b)
     lab = union_length(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
     return la + lb - lab
+
+
+def blocked_waits(s: np.ndarray, e: np.ndarray, spans: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The part of each backend annotation (``gloo:send``, mask ``spans``) that its thread spent
+    blocked in ``wait()``: from the end of the last ``active`` event the thread began inside the
+    span (clipped to the span) to the span's end.
+
+    A backend annotation opens when the op is posted and closes when ``wait()`` returns, so an
+    async send that ``torch.distributed.pipelining`` waits for only after the remaining forwards
+    spans all their work; a ``recv`` waited for at once holds no event and is blocked throughout.
+    ``s``/``e`` are every event's start and end; ``spans`` and ``active`` select one thread's.
+    """
+    se = e[spans]
+    start = wait_starts(s, e, spans, active)
+    keep = se > start
+    return start[keep], se[keep]
+
+
+def wait_starts(s: np.ndarray, e: np.ndarray, spans: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """For each span (in mask order), where its blocked part starts (its end: not blocked)."""
+    ss, se = s[spans], e[spans]
+    if len(ss) == 0:
+        return ss
+    order = np.argsort(s[active], kind="stable")
+    a_s, a_e = s[active][order], e[active][order]
+    lo = np.searchsorted(a_s, ss, side="left")
+    hi = np.searchsorted(a_s, se, side="left")
+    # max end over a_e[lo:hi] for every span at once; the −inf sentinel keeps lo == len valid
+    padded = np.append(a_e, -np.inf)
+    idx = np.minimum(np.stack([lo, np.maximum(hi, lo + 1)], axis=1).ravel(), len(a_e))
+    last_end = np.where(hi > lo, np.maximum.reduceat(padded, idx)[::2], -np.inf)
+    return np.clip(last_end, ss, se)
+
+
+def encloses(s: np.ndarray, e: np.ndarray, candidates: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Mask: candidate intervals that contain at least one ``inner`` interval's start."""
+    out = np.zeros(len(s), bool)
+    starts = np.sort(s[inner])
+    if len(starts) == 0:
+        return out
+    idx = np.flatnonzero(candidates)
+    lo = np.searchsorted(starts, s[idx], side="left")
+    hi = np.searchsorted(starts, e[idx], side="left")
+    out[idx] = hi > lo
+    return out

@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.flops import gpu_launches, op_flops, step_flops
-from workbench.analysis.steps import COMM_KERNEL, step_windows
+from workbench.analysis.steps import step_windows
+from workbench.kineto import COMM_KERNEL
 from workbench.load.trace import Trace
 from workbench.peaks import device_peak
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench import kineto
+from workbench.analysis.comm import comm_intervals
 from workbench.analysis.intervals import cat_mask, clip, merge, union_length
 from workbench.load.trace import Trace
 
@@ -23,7 +25,7 @@ traces/), so a stream of such kernels leaves the GPU waiting on the host."""
 
 def _kernels(trace: Trace) -> pd.DataFrame:
     ev = trace.events
-    return ev[ev["is_gpu"].to_numpy() & cat_mask(ev["cat"], lambda c: c.isin(["kernel", "Kernel"]))]
+    return ev[ev["is_gpu"].to_numpy() & cat_mask(ev["cat"], lambda c: c.isin(kineto.KERNEL_CATS))]
 
 
 def kernel_stats(trace: Trace) -> pd.DataFrame:
@@ -54,8 +56,6 @@ def device_busy(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
         dur = k["dur_us"].to_numpy()
         device = "gpu"
     else:
-        from workbench.analysis.comm import comm_intervals
-
         _, (s, e) = comm_intervals(trace)
         dur = e - s
         device = "cpu"

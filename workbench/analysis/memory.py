@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench import kineto
 from workbench.analysis.intervals import str_mask
 from workbench.analysis.flops import gpu_launches, op_flops
-from workbench.analysis.steps import DATALOADER, step_windows
+from workbench.analysis.steps import step_windows
 from workbench.load.trace import Trace
 
 GIB = float(1 << 30)
@@ -108,7 +109,6 @@ def zero_model_states_bytes(n_params: int, dp: int, stage: int) -> int:
 
 # The autograd engine wraps every backward node in one of these (on CPU too, where backward runs
 # on the caller's thread); activation-checkpointing recomputes happen inside them as well.
-BACKWARD_NODE = "autograd::engine::evaluate_function"
 PARAM_COLUMNS = ["op", "weight_dims", "params"]
 
 
@@ -133,15 +133,15 @@ def weight_shapes(trace: Trace, windows: pd.DataFrame | None = None) -> pd.DataF
     ev = trace.events
     if "op_args" not in ev:
         return pd.DataFrame(columns=PARAM_COLUMNS)
-    bwd = ev[str_mask(ev["name"], lambda c: c.str.startswith(BACKWARD_NODE)) & (ev["ts_us"] >= lo).to_numpy()
+    bwd = ev[str_mask(ev["name"], lambda c: c.str.startswith(kineto.BACKWARD_NODE)) & (ev["ts_us"] >= lo).to_numpy()
              & (ev["ts_us"] < hi).to_numpy()]
     fwd_end = float(bwd["ts_us"].min()) if not bwd.empty else hi
     ops = op_flops(trace, windows)
     # op_flops keeps only the outermost counted op (a CPU conv's inner addmm is not a second weight)
-    ops = ops[(ops["ts_us"] >= lo) & (ops["ts_us"] < fwd_end) & ops["name"].isin(["aten::addmm", "aten::mm", "aten::convolution", "aten::_scaled_mm"])]
+    ops = ops[(ops["ts_us"] >= lo) & (ops["ts_us"] < fwd_end) & ops["name"].isin(list(kineto.WEIGHT_OPS))]
     # a DataLoader's per-sample transform (num_workers=0) multiplies on the main thread too: its
     # matrices are data, not weights (traces/ddp_slow_data: 32 such 128×128 mm per step)
-    dl = ev[str_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))]
+    dl = ev[str_mask(ev["name"], lambda c: c.str.match(kineto.DATALOADER.pattern))]
     if not dl.empty and not ops.empty:
         starts, ends = dl["ts_us"].to_numpy(), (dl["ts_us"] + dl["dur_us"]).to_numpy()
         ts = ops["ts_us"].to_numpy()

@@ -22,58 +22,21 @@ CPU traces (gloo; the device is the main thread's CPU):
 
 Backend annotations (``gloo:recv``) open when the op is posted and close when ``wait()``
 returns, so an async ``send`` waited for later spans the next micro-batches' forwards: only the
-part after the thread's last activity inside it is blocked (``comm.blocked_waits``).
+part after the thread's last activity inside it is blocked (``intervals.blocked_waits``).
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.comm import blocked_waits
-from workbench.analysis.intervals import Spans, cat_mask, exclusive_lengths
+from workbench import kineto
+from workbench.analysis.events import classify
+from workbench.analysis.intervals import Spans, blocked_waits, cat_mask, exclusive_lengths
 from workbench.load.trace import Trace
 
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
 BREAKDOWN_COLUMNS = ["rank", "step", "start_us", "end_us", "step_ms", *[f"{c}_ms" for c in CATEGORIES], "host_step_ms"]
-
-PROFILER_STEP = re.compile(r"^ProfilerStep#([0-9]{1,18})$")  # int64: a longer number is not a step
-DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
-# NCCL/RCCL kernels (collectives and point-to-point ``SendRecv`` alike), symmetric-memory and
-# NVSHMEM kernels, custom all-reduce kernels (vLLM's cross_device_reduce); any stream
-COMM_KERNEL = re.compile(r"nccl|rccl|nvshmem|mscclpp|multimem|cross_device_reduce|all_?reduce|all_?gather|"
-                         r"reduce_?scatter|all_?to_?all|send_?recv", re.IGNORECASE)
-# dispatcher ops that issue (and, for blocking calls, wait on) communication
-CPU_COMM_OP = re.compile(r"^(c10d::|_?c10d_functional::|record_param_comms)")
-# a backend's Work annotation (ProcessGroup profiling title): posted → completed
-COMM_SPAN = re.compile(r"^(gloo|nccl|ucc|mpi|xccl|hccl):")
-MEMCPY_CATS = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
-
-
-def main_thread(trace: Trace) -> str | None:
-    """The training loop's thread: the one holding ProfilerStep annotations, else the busiest."""
-    ev = trace.events
-    keep = ~ev["is_gpu"].to_numpy() & cat_mask(ev["cat"], lambda c: c != "gpu_user_annotation")
-    cpu = ev[keep]
-    if cpu.empty:
-        return None
-    steps = ev[keep & cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))]
-    if not steps.empty:
-        return str(steps["tid"].iloc[0])
-    busy = cpu.groupby("tid", observed=True)["dur_us"].sum()
-    return str(busy.idxmax())
-
-
-def comm_threads(trace: Trace) -> set[str]:
-    """CPU threads that run collectives in the background (gloo's runloop threads), never the
-    main thread: point-to-point ``gloo:send``/``gloo:recv`` annotations live on the thread that
-    posted them, and taking that thread for a comm thread made all its time communication."""
-    named = {tid for tid, name in trace.threads.items() if "gloo" in name.lower() or "nccl" in name.lower()}
-    ev = trace.events
-    gloo = ev[(~ev["is_gpu"]).to_numpy() & cat_mask(ev["name"], lambda c: c.str.startswith("gloo:"))]
-    return (named | set(gloo["tid"].astype(str).unique())) - {main_thread(trace)}
 
 
 def host_step_windows(trace: Trace) -> pd.DataFrame:
@@ -81,11 +44,10 @@ def host_step_windows(trace: Trace) -> pd.DataFrame:
     clock. The whole trace is one step (-1) if none is marked."""
     ev = trace.events
     # the GPU copy of the annotation (cat gpu_user_annotation) spans the kernels, not the step
-    marked = ev[cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern)) & ~ev["is_gpu"].to_numpy()
-                & cat_mask(ev["cat"], lambda c: c != "gpu_user_annotation")]
+    marked = ev[classify(trace).step & ~ev["is_gpu"].to_numpy() & cat_mask(ev["cat"], lambda c: c != kineto.GPU_ANNOTATION)]
     if not marked.empty:
         return pd.DataFrame({
-            "step": marked["name"].astype(str).str.extract(PROFILER_STEP.pattern, expand=False).astype(int).to_numpy(),
+            "step": marked["name"].astype(str).str.extract(kineto.PROFILER_STEP.pattern, expand=False).astype(int).to_numpy(),
             "start_us": marked["ts_us"].to_numpy(),
             "end_us": (marked["ts_us"] + marked["dur_us"]).to_numpy(),
         }).sort_values("step", ignore_index=True)
@@ -162,49 +124,33 @@ def step_windows(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def _iv(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    s = df["ts_us"].to_numpy()
-    return s, s + df["dur_us"].to_numpy()
-
-
 def category_layers(trace: Trace) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
     """The ordered (category, intervals) layers of the breakdown for this trace."""
-    ev = trace.events
-    main = main_thread(trace)
-    on_main = cat_mask(ev["tid"], lambda c: c == main) & ~ev["is_gpu"].to_numpy()
-    not_step = ~cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))
-    dataloader = ev[on_main & cat_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))]
-    if ev["is_gpu"].any():
-        is_gpu = ev["is_gpu"].to_numpy()
-        gpu = ev[is_gpu]
-        is_copy = cat_mask(ev["cat"], lambda c: c.isin(MEMCPY_CATS))[is_gpu]
-        is_comm = cat_mask(ev["name"], lambda c: c.str.contains(COMM_KERNEL))[is_gpu] & ~is_copy
-        host = ev[on_main & not_step]
+    c = classify(trace)
+    s, e = c.start_us, c.end_us
+
+    def iv(mask):
+        return s[mask], e[mask]
+
+    dataloader = c.on_main & c.dataloader
+    if c.has_gpu:
         return (
             ["compute", "communication", "memcpy", "dataloader", "host"],
-            [_iv(gpu[~is_comm & ~is_copy]), _iv(gpu[is_comm]), _iv(gpu[is_copy]), _iv(dataloader), _iv(host)],
+            [iv(c.kernel_compute), iv(c.comm_kernel), iv(c.is_gpu & c.copy), iv(dataloader), iv(c.on_main & ~c.step)],
         )
-    cpu = ~ev["is_gpu"].to_numpy()
-    comm_op = cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))
-    comm_span = cat_mask(ev["name"], lambda c: c.str.match(COMM_SPAN.pattern))
-    is_op = cat_mask(ev["cat"], lambda c: c == "cpu_op")
-    not_dl = ~cat_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern))
-    threads = comm_threads(trace)
-    off_main = cpu & ~on_main
-    background = off_main & (cat_mask(ev["tid"], lambda c: c.isin(threads)) | comm_op | comm_span)
-    s, e = _iv(ev)
-    waits = blocked_waits(s, e, on_main & comm_span, on_main & not_step & ~comm_span)
+    waits = blocked_waits(s, e, c.on_main & c.comm_span, c.on_main & ~c.step & ~c.comm_span)
     return (
         ["dataloader", "communication", "compute", "communication", "communication", "compute"],
-        [_iv(dataloader), _iv(ev[on_main & comm_op]), _iv(ev[on_main & is_op & ~comm_op & not_dl]),
-         waits, _iv(ev[background]), _iv(ev[on_main & not_step])],
+        [iv(dataloader), iv(c.on_main & c.comm_op), iv(c.on_main & c.cpu_op & ~c.comm_op & ~c.dataloader),
+         waits, iv(c.background), iv(c.on_main & ~c.step)],
     )
 
 
-def step_breakdown(trace: Trace, rank: int | None = None) -> pd.DataFrame:
-    """One row per step of this rank: BREAKDOWN_COLUMNS; the *_ms categories sum to step_ms."""
+def step_breakdown(trace: Trace, rank: int | None = None, windows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per step of this rank: BREAKDOWN_COLUMNS; the *_ms categories sum to step_ms.
+    ``windows``: :func:`step_windows` of the trace, when already known."""
     rank = trace.rank if rank is None else rank
-    windows = step_windows(trace)
+    windows = step_windows(trace) if windows is None else windows
     labels, layers = category_layers(trace)
     spans = [Spans(s, e) for s, e in layers]
     rows = []

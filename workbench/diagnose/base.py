@@ -1,11 +1,20 @@
-"""The Diagnosis record and the rule registry."""
+"""The Diagnosis record, the rules' Context and how a rule declares the frames it reads."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+
+from workbench.analysis import frames
+from workbench.analysis.frames import Frame, Params, RankFrames
+from workbench.analysis.steps import BREAKDOWN_COLUMNS
+from workbench.load.trace import Trace
 
 SEVERITIES = ("info", "warning", "critical")
+Rule = Callable[..., "Diagnosis | None"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -54,55 +63,76 @@ def severity_for(value: float, bands: tuple[tuple[float, str], ...]) -> str | No
 
 @dataclass(kw_only=True)
 class Context:
-    """Everything a rule may read, built once per run (``workbench.verdict.analyze_run``).
-
-    Frames the rules share are computed on first use and cached in ``cache``, so a rule that
-    does not apply (no GPU, one rank) costs nothing.
-    """
+    """Everything a rule may read, built once per run (``workbench.verdict.analyze_run``): the
+    run-level breakdown, the steps CSVs, and each rank's frames (:meth:`frame`)."""
 
     breakdown: Any
     """analysis.steps.run_breakdown (BREAKDOWN_COLUMNS)."""
     run_config: dict | None = None
-    traces: dict = field(default_factory=dict)
-    """rank → workbench.load.Trace."""
-    windows: dict = field(default_factory=dict)
-    """rank → analysis.steps.step_windows."""
+    ranks: dict[int, RankFrames] = field(default_factory=dict)
+    """rank → its frames (workbench.analysis.frames.RankFrames)."""
     steps: dict = field(default_factory=dict)
     """rank → steps_rank{r}.csv frame (contract.STEP_COLUMNS) or None."""
     capacity_bytes: int | None = None
     world_size: int = 1
-    cache: dict = field(default_factory=dict)
-    missed: list = field(default_factory=list)
-    """(key, rank) of frames computed from a re-read trace (see :meth:`frame`)."""
+    undeclared: list = field(default_factory=list)
+    """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
+    _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)
 
-    def frame(self, key: str, rank: int, fn: Callable):
-        """``fn(trace, windows)`` for ``rank``, computed once.
+    @classmethod
+    def of_traces(cls, traces: dict[int, Trace], breakdown=None, params: Params = Params(), **kw) -> Context:
+        """A context over parsed traces (tests, a Run loaded whole): frames computed on demand."""
+        ranks = {r: RankFrames.of_trace(t, r, params) for r, t in sorted(traces.items())}
+        if breakdown is None:
+            parts = [rf.summary(frames.BREAKDOWN) for rf in ranks.values()]
+            breakdown = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+        return cls(breakdown=breakdown, ranks=ranks, **kw)
 
-        In a run analysed from per-rank summaries (:mod:`workbench.reduce`) the frames were
-        computed next to each trace and ``cache`` holds them; ``traces`` then holds
-        :class:`~workbench.reduce.RankSummary` objects. A frame no summary holds is computed
-        from the rank's trace, read again on demand (``RankSummary.load``), with a note in
-        ``missed``: the reducer's frame list should name it (the tests check none is missed).
-        """
-        k = (key, rank)
-        if k not in self.cache:
-            t = self.traces[rank]
-            if not hasattr(t, "events"):
-                self.missed.append(k)
-                t = t.load()
-            self.cache[k] = fn(t, self.windows[rank])
-        return self.cache[k]
+    def frame(self, frame: Frame, rank: int) -> Any:
+        """``frame`` of ``rank`` as the rules read it: from the rank's summary, or computed from its
+        trace (read again when the summary lacks it: ``missed``)."""
+        if self._reading is not None and frame.name not in self._reading[1]:
+            self.undeclared.append((self._reading[0], frame.name))
+        return self.ranks[rank].summary(frame)
+
+    @contextmanager
+    def reading(self, rule) -> Iterator[None]:
+        """While ``rule`` runs, note any frame it reads that it did not declare."""
+        self._reading = (rule.__name__, frozenset(f.name for f in getattr(rule, "reads", ())))
+        try:
+            yield
+        finally:
+            self._reading = None
+
+    @property
+    def missed(self) -> list[tuple[str, int]]:
+        """(frame name, rank) of frames computed from a re-read trace (their summary lacked them)."""
+        return [(name, r) for r, rf in self.ranks.items() for name in rf.missed]
 
     def rank_has_gpu(self, rank: int) -> bool:
         """The rank's trace holds GPU events (kernels, copies)."""
-        return self.frame("has_gpu", rank, lambda t, w: bool(t.events["is_gpu"].any()))
+        return self.ranks[rank].has_gpu
 
     @property
     def has_gpu(self) -> bool:
-        return any(self.rank_has_gpu(r) for r in self.traces)
+        return any(rf.has_gpu for rf in self.ranks.values())
 
     def step_ms(self) -> float:
         return float(self.breakdown["step_ms"].mean()) if len(self.breakdown) else 0.0
+
+    def windows(self, rank: int):
+        """analysis.steps.step_windows of ``rank``."""
+        return self.frame(frames.WINDOWS, rank)
+
+
+def reads(*declared: Frame) -> Callable[[Rule], Rule]:
+    """Declare the per-rank frames a rule reads: ``@reads(frames.COMM_OVERLAP)``. workbench.reduce
+    computes exactly the frames the rules declare (next to each trace, cached), so a frame read but
+    not declared is computed from a re-read trace (``Context.undeclared`` names it)."""
+    def mark(rule: Rule) -> Rule:
+        rule.reads = tuple(declared)
+        return rule
+    return mark
 
 
 def speedup(step_ms: float, saved_ms: float) -> float:
@@ -115,4 +145,4 @@ def gain(step_ms: float, saved_ms: float, formula: str) -> dict[str, Any]:
             "speedup_max": speedup(step_ms, saved_ms), "formula": formula}
 
 
-Rule = Callable[..., "Diagnosis | None"]
+

@@ -47,17 +47,20 @@ busy_ms × (1 − ratio / ``MFU_RATIO_GOOD``) (the busy part at 0.7 of the ceili
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import re
+from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.intervals import str_mask
+from workbench import kineto
+from workbench.analysis import frames
 from workbench.analysis.flops import gpu_launches
-from workbench.analysis.kernel_classes import Efficiency, efficiency
-from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.analysis.frames import Frame, RankFrames
+from workbench.analysis.intervals import str_mask
+from workbench.analysis.kernel_classes import Efficiency, compact
+from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
 from workbench.peaks import device_peak
 
 IMPACT_BANDS = ((5.0, "info"), (10.0, "warning"), (20.0, "critical"))
@@ -73,29 +76,16 @@ MFU_RATIO_INFO, MFU_RATIO_WARNING, MFU_RATIO_CRITICAL, MFU_RATIO_GOOD = 0.75, 0.
 
 
 def _device(ctx: Context) -> tuple[str | None, int | None]:
-    """Device name and compute capability major from the first trace's ``deviceProperties``."""
-    for t in ctx.traces.values():
-        for d in t.devices or []:
-            return d.get("name"), d.get("computeMajor")
+    """Device name and compute capability major from the first rank's ``deviceProperties``."""
+    for rf in ctx.ranks.values():
+        return _own_device(rf)
     return None, None
 
 
-def _frames(ctx: Context) -> dict[int, tuple[Efficiency, int, float]]:
-    """rank → (efficiency frames, profiled steps, mean step ms) for ranks that ran GPU kernels."""
-    name, _ = _device(ctx)
-    out = {}
-    for r in ctx.traces:
-        if not ctx.rank_has_gpu(r):
-            continue
-        # the same cache key as verdict.Analysis.efficiency_frames: computed once per run
-        e = ctx.frame("efficiency", r, lambda tr, w: efficiency(tr, name, w))
-        steps = len(ctx.windows.get(r, [])) or 1
-        b = ctx.breakdown[ctx.breakdown["rank"] == r]
-        if e.kernels.empty or b.empty:
-            continue
-        e = ctx.frame("efficiency_in_steps", r, lambda tr, w, e=e: _in_steps(e, w))
-        out[r] = (e, steps, float(b["step_ms"].mean()))
-    return out
+def _own_device(rf: RankFrames) -> tuple[str | None, int | None]:
+    for d in rf.devices:
+        return d.get("name"), d.get("computeMajor")
+    return None, None
 
 
 def _in_steps(e: Efficiency, w: pd.DataFrame) -> Efficiency:
@@ -110,58 +100,104 @@ def _in_steps(e: Efficiency, w: pd.DataFrame) -> Efficiency:
     return replace(e, kernels=k[keep].assign(dur_us=(end - start)[keep]))
 
 
+def _efficiency_in_steps(rf: RankFrames) -> Efficiency:
+    return _in_steps(rf[frames.EFFICIENCY], rf[frames.WINDOWS])
+
+
+EFFICIENCY_IN_STEPS = Frame("efficiency_in_steps", _efficiency_in_steps, returns=Efficiency, compact=compact)
+EFFICIENCY_READS = (frames.EFFICIENCY, EFFICIENCY_IN_STEPS, frames.WINDOWS)
+
+
+def _frames(ctx: Context) -> dict[int, tuple[Efficiency, int, float]]:
+    """rank → (efficiency frames, profiled steps, mean step ms) for ranks that ran GPU kernels."""
+    out = {}
+    for r in ctx.ranks:
+        if not ctx.rank_has_gpu(r):
+            continue
+        e = ctx.frame(frames.EFFICIENCY, r)
+        steps = len(ctx.windows(r)) or 1
+        b = ctx.breakdown[ctx.breakdown["rank"] == r]
+        if e.kernels.empty or b.empty:
+            continue
+        out[r] = (ctx.frame(EFFICIENCY_IN_STEPS, r), steps, float(b["step_ms"].mean()))
+    return out
+
+
 def _per_step_ms(k: pd.DataFrame, steps: int) -> float:
     return float(k["dur_us"].sum()) / 1e3 / steps
 
 
-def _worst(ctx: Context, key: str, saved_of) -> tuple[int, dict, float, float] | None:
+def _saving(saved_of, rf: RankFrames):
+    """``saved_of(efficiency in steps, steps, step ms, rf)`` of a rank that ran GPU kernels in its
+    steps, else None: (evidence, saved ms per step) or None. Next to the trace (workbench.reduce),
+    where the kernel rows are."""
+    if not rf.has_gpu:
+        return None
+    e, b = rf[frames.EFFICIENCY], rf[frames.BREAKDOWN]
+    if e.kernels.empty or b.empty:
+        return None
+    return saved_of(rf[EFFICIENCY_IN_STEPS], len(rf[frames.WINDOWS]) or 1, float(b["step_ms"].mean()), rf)
+
+
+def _saved_frame(rid: str, saved_of) -> Frame:
+    return Frame(f"saved:{rid}", partial(_saving, saved_of), returns=(tuple, list, type(None)))
+
+
+def _worst(ctx: Context, saved: Frame) -> tuple[int, dict, float, float] | None:
     """The rank with the largest saving: (rank, evidence, saved ms per step, step ms)."""
     best = None
     for r, (e, steps, step_ms) in _frames(ctx).items():
-        # per rank, next to its trace (workbench.reduce): the kernel rows stay there
-        found = ctx.frame(f"saved:{key}", r, lambda t, w, e=e, steps=steps, step_ms=step_ms, r=r: saved_of(e, steps, step_ms, r))
+        found = ctx.frame(saved, r)
         if found is None:
             continue
-        evidence, saved = found
-        if best is None or saved / step_ms > best[2] / best[3]:
-            best = (r, evidence, saved, step_ms)
+        evidence, saved_ms = found
+        if best is None or saved_ms / step_ms > best[2] / best[3]:
+            best = (r, evidence, saved_ms, step_ms)
     return best
 
 
-def _diagnosis(ctx, rid, saved_of, title, recommendation, formula, fix) -> Diagnosis | None:
-    w = _worst(ctx, rid, saved_of)
+def _diagnosis(ctx, saved: Frame, title, recommendation, formula, fix) -> Diagnosis | None:
+    rid = saved.name.removeprefix("saved:")
+    w = _worst(ctx, saved)
     if w is None:
         return None
-    r, evidence, saved, step_ms = w
-    pct = 100.0 * saved / step_ms if step_ms > 0 else 0.0
+    r, evidence, saved_ms, step_ms = w
+    pct = 100.0 * saved_ms / step_ms if step_ms > 0 else 0.0
     severity = severity_for(pct, IMPACT_BANDS)
     if severity is None:
         return None
-    evidence = {**evidence, "saved_ms_per_step": round(saved, 3), "step_ms": round(step_ms, 3), "rank": int(r)}
+    evidence = {**evidence, "saved_ms_per_step": round(saved_ms, 3), "step_ms": round(step_ms, 3), "rank": int(r)}
     return Diagnosis(id=rid, severity=severity, title=title(evidence, pct), evidence=evidence,
-                     recommendation=recommendation, estimated_gain=gain(step_ms, saved, formula), fix=fix, ranks=[int(r)])
+                     recommendation=recommendation, estimated_gain=gain(step_ms, saved_ms, formula), fix=fix, ranks=[int(r)])
 
 
+def _fp32_saved(e, steps, step_ms, rf):
+    peak = device_peak(_own_device(rf)[0])
+    if peak is None or "bf16" not in peak.tflops:
+        return None
+    bf16 = peak.tflops["bf16"]
+    k = e.kernels
+    simt = _per_step_ms(k[k["class"] == "gemm_simt"], steps)
+    tf32 = _per_step_ms(k[(k["class"] == "gemm_tensor_core") & (k["dtype"] == "tf32")], steps)
+    saved = simt * (1 - peak.tflops["fp32"] / bf16) + tf32 * (1 - peak.tflops.get("tf32", bf16) / bf16)
+    if saved <= 0:
+        return None
+    return {"simt_gemm_ms_per_step": round(simt, 3), "tf32_gemm_ms_per_step": round(tf32, 3),
+            "simt_gemm_pct_of_step": round(100 * simt / step_ms, 2), "tf32_gemm_pct_of_step": round(100 * tf32 / step_ms, 2),
+            "peak_tflops": {d: peak.tflops.get(d) for d in ("fp32", "tf32", "bf16")},
+            "source": "kernel classes gemm_simt / gemm_tensor_core tf32 (analysis.kernel_classes)"}, saved
+
+
+SAVED_FP32 = _saved_frame("fp32_matmul", _fp32_saved)
+
+
+@reads(*EFFICIENCY_READS, SAVED_FP32)
 def fp32_matmul(ctx: Context) -> Diagnosis | None:
     peak = device_peak(_device(ctx)[0])
     if peak is None or "bf16" not in peak.tflops:
         return None
-    bf16 = peak.tflops["bf16"]
-
-    def saved_of(e, steps, step_ms, r):
-        k = e.kernels
-        simt = _per_step_ms(k[k["class"] == "gemm_simt"], steps)
-        tf32 = _per_step_ms(k[(k["class"] == "gemm_tensor_core") & (k["dtype"] == "tf32")], steps)
-        saved = simt * (1 - peak.tflops["fp32"] / bf16) + tf32 * (1 - peak.tflops.get("tf32", bf16) / bf16)
-        if saved <= 0:
-            return None
-        return {"simt_gemm_ms_per_step": round(simt, 3), "tf32_gemm_ms_per_step": round(tf32, 3),
-                "simt_gemm_pct_of_step": round(100 * simt / step_ms, 2), "tf32_gemm_pct_of_step": round(100 * tf32 / step_ms, 2),
-                "peak_tflops": {d: peak.tflops.get(d) for d in ("fp32", "tf32", "bf16")},
-                "source": "kernel classes gemm_simt / gemm_tensor_core tf32 (analysis.kernel_classes)"}, saved
-
     return _diagnosis(
-        ctx, "fp32_matmul", saved_of,
+        ctx, SAVED_FP32,
         lambda ev, pct: (f"matmuls run in fp32: {ev['simt_gemm_pct_of_step'] + ev['tf32_gemm_pct_of_step']:.0f}% of the step "
                          f"in fp32/tf32 GEMM kernels; bf16 would save ~{pct:.0f}%"),
         "run matmuls in bf16: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss; at least "
@@ -169,25 +205,30 @@ def fp32_matmul(ctx: Context) -> Diagnosis | None:
         "saved = simt_ms*(1 - fp32_peak/bf16_peak) + tf32_ms*(1 - tf32_peak/bf16_peak)", ["parallel.mixed_precision"])
 
 
-def unfused_elementwise(ctx: Context) -> Diagnosis | None:
-    def saved_of(e, steps, step_ms, r):
-        k = e.kernels
-        mask = np.zeros(len(k), dtype=bool)
-        for c, subs in MEMORY_BOUND.items():
-            m = (k["class"] == c).to_numpy()
-            mask |= m & (k["subclass"].isin(subs).to_numpy() if subs else True)
-        if not mask.any():
-            return None
-        mb = k[mask]
-        ms = _per_step_ms(mb, steps)
-        by = (mb.groupby(["class", "subclass"])["dur_us"].sum() / 1e3 / steps).sort_values(ascending=False)
-        return {"memory_bound_ms_per_step": round(ms, 3), "memory_bound_pct_of_step": round(100 * ms / step_ms, 2),
-                "memory_bound_kernels_per_step": round(len(mb) / steps, 1),
-                "by_class_ms_per_step": {f"{c}/{s}": round(v, 3) for (c, s), v in by.items()},
-                "source": "kernel classes elementwise, normalization/norm, reduction, copy/copy"}, ms * FUSION_SAVING
+def _elementwise_saved(e, steps, step_ms, rf):
+    k = e.kernels
+    mask = np.zeros(len(k), dtype=bool)
+    for c, subs in MEMORY_BOUND.items():
+        m = (k["class"] == c).to_numpy()
+        mask |= m & (k["subclass"].isin(subs).to_numpy() if subs else True)
+    if not mask.any():
+        return None
+    mb = k[mask]
+    ms = _per_step_ms(mb, steps)
+    by = (mb.groupby(["class", "subclass"])["dur_us"].sum() / 1e3 / steps).sort_values(ascending=False)
+    return {"memory_bound_ms_per_step": round(ms, 3), "memory_bound_pct_of_step": round(100 * ms / step_ms, 2),
+            "memory_bound_kernels_per_step": round(len(mb) / steps, 1),
+            "by_class_ms_per_step": {f"{c}/{s}": round(v, 3) for (c, s), v in by.items()},
+            "source": "kernel classes elementwise, normalization/norm, reduction, copy/copy"}, ms * FUSION_SAVING
 
+
+SAVED_ELEMENTWISE = _saved_frame("unfused_elementwise", _elementwise_saved)
+
+
+@reads(*EFFICIENCY_READS, SAVED_ELEMENTWISE)
+def unfused_elementwise(ctx: Context) -> Diagnosis | None:
     return _diagnosis(
-        ctx, "unfused_elementwise", saved_of,
+        ctx, SAVED_ELEMENTWISE,
         lambda ev, pct: (f"{ev['memory_bound_pct_of_step']:.0f}% of the step in memory-bound elementwise/norm/cast kernels "
                          f"({ev['memory_bound_kernels_per_step']:.0f} per step); fusing them would save ~{pct:.0f}%"),
         "fuse elementwise work: torch.compile the model (or its blocks); use fused norms/activations; "
@@ -198,7 +239,7 @@ def unfused_elementwise(ctx: Context) -> Diagnosis | None:
 def _optimizer_kernels(trace, kernels: pd.DataFrame) -> pd.DataFrame:
     """``kernels`` rows launched inside an ``Optimizer.step#…`` range, with that range's index as ``opt``."""
     ev = trace.events
-    m = str_mask(ev["name"], lambda c: c.str.startswith("Optimizer.step#")) & ~ev["is_gpu"].to_numpy()
+    m = str_mask(ev["name"], lambda c: c.str.startswith(kineto.OPTIMIZER_STEP)) & ~ev["is_gpu"].to_numpy()
     if not m.any():
         return kernels.iloc[:0].assign(opt=pd.Series(dtype=np.int64))
     spans = pd.DataFrame({"tid": ev["tid"].to_numpy()[m], "ts_us": ev["ts_us"].to_numpy()[m],
@@ -209,26 +250,31 @@ def _optimizer_kernels(trace, kernels: pd.DataFrame) -> pd.DataFrame:
     return k[k["opt"] >= 0]
 
 
-def unfused_optimizer(ctx: Context) -> Diagnosis | None:
-    def saved_of(e, steps, step_ms, r):
-        k = _optimizer_kernels(ctx.traces[r], e.kernels)
-        if k.empty:
-            return None
-        fused = (k["class"] == "optimizer") & (k["subclass"] == "fused")
-        if fused.all():
-            return None
-        busy = _per_step_ms(k, steps)
-        g = k.assign(end_us=k["ts_us"] + k["dur_us"]).groupby("opt")
-        span = float((g["end_us"].max() - g["ts_us"].min()).sum()) / 1e3 / steps
-        saved = span - busy * ADAMW_FUSED_PASSES / ADAMW_UNFUSED_PASSES
-        kind = "foreach" if ((k["class"] == "optimizer") & ~fused).any() else "per-parameter"
-        return {"optimizer_kind": kind, "optimizer_kernels_per_step": round(len(k) / steps, 1),
-                "optimizer_busy_ms_per_step": round(busy, 3), "optimizer_span_ms_per_step": round(span, 3),
-                "optimizer_pct_of_step": round(100 * span / step_ms, 2),
-                "source": "GPU work launched inside Optimizer.step# ranges (correlation ids)"}, saved
+def _optimizer_saved(e, steps, step_ms, rf):
+    k = _optimizer_kernels(rf.trace, e.kernels)
+    if k.empty:
+        return None
+    fused = (k["class"] == "optimizer") & (k["subclass"] == "fused")
+    if fused.all():
+        return None
+    busy = _per_step_ms(k, steps)
+    g = k.assign(end_us=k["ts_us"] + k["dur_us"]).groupby("opt")
+    span = float((g["end_us"].max() - g["ts_us"].min()).sum()) / 1e3 / steps
+    saved = span - busy * ADAMW_FUSED_PASSES / ADAMW_UNFUSED_PASSES
+    kind = "foreach" if ((k["class"] == "optimizer") & ~fused).any() else "per-parameter"
+    return {"optimizer_kind": kind, "optimizer_kernels_per_step": round(len(k) / steps, 1),
+            "optimizer_busy_ms_per_step": round(busy, 3), "optimizer_span_ms_per_step": round(span, 3),
+            "optimizer_pct_of_step": round(100 * span / step_ms, 2),
+            "source": "GPU work launched inside Optimizer.step# ranges (correlation ids)"}, saved
 
+
+SAVED_OPTIMIZER = _saved_frame("unfused_optimizer", _optimizer_saved)
+
+
+@reads(*EFFICIENCY_READS, SAVED_OPTIMIZER)
+def unfused_optimizer(ctx: Context) -> Diagnosis | None:
     return _diagnosis(
-        ctx, "unfused_optimizer", saved_of,
+        ctx, SAVED_OPTIMIZER,
         lambda ev, pct: (f"optimizer step {ev['optimizer_kind']}: {ev['optimizer_kernels_per_step']:.0f} kernels, "
                          f"{ev['optimizer_span_ms_per_step']:.1f} ms per step; a fused step would save ~{pct:.0f}%"),
         "use the fused optimizer: torch.optim.AdamW(params, fused=True) (or foreach=True where fused is not available)",
@@ -236,24 +282,28 @@ def unfused_optimizer(ctx: Context) -> Diagnosis | None:
         ["train.optimizer"])
 
 
+def _attention_saved(e, steps, step_ms, rf):
+    peak = device_peak(_own_device(rf)[0])
+    k = e.kernels
+    m = k[(k["class"] == "attention") & (k["subclass"] == "math")]
+    if m.empty:
+        return _eager(k, steps, step_ms)
+    ms = _per_step_ms(m, steps)
+    dt = m["dtype"].replace("", "bf16").mode().iloc[0] if len(m) else "bf16"
+    pk = (peak.tflops.get(dt) or peak.tflops["bf16"]) * 1e12 if peak else None
+    ideal = float(m["flops"].sum()) / steps / (pk * FLASH_FRACTION) * 1e3 if pk else 0.0
+    return {"math_attention_ms_per_step": round(ms, 3), "math_attention_pct_of_step": round(100 * ms / step_ms, 2),
+            "flash_estimate_ms_per_step": round(ideal, 3),
+            "source": "kernels of SDPA/attention ops that ran no fused attention kernel"}, max(ms - ideal, 0.0)
+
+
+SAVED_ATTENTION = _saved_frame("attention_math", _attention_saved)
+
+
+@reads(*EFFICIENCY_READS, SAVED_ATTENTION)
 def attention_math(ctx: Context) -> Diagnosis | None:
-    peak = device_peak(_device(ctx)[0])
-
-    def saved_of(e, steps, step_ms, r):
-        k = e.kernels
-        m = k[(k["class"] == "attention") & (k["subclass"] == "math")]
-        if m.empty:
-            return _eager(k, steps, step_ms)
-        ms = _per_step_ms(m, steps)
-        dt = m["dtype"].replace("", "bf16").mode().iloc[0] if len(m) else "bf16"
-        pk = (peak.tflops.get(dt) or peak.tflops["bf16"]) * 1e12 if peak else None
-        ideal = float(m["flops"].sum()) / steps / (pk * FLASH_FRACTION) * 1e3 if pk else 0.0
-        return {"math_attention_ms_per_step": round(ms, 3), "math_attention_pct_of_step": round(100 * ms / step_ms, 2),
-                "flash_estimate_ms_per_step": round(ideal, 3),
-                "source": "kernels of SDPA/attention ops that ran no fused attention kernel"}, max(ms - ideal, 0.0)
-
     return _diagnosis(
-        ctx, "attention_math", saved_of,
+        ctx, SAVED_ATTENTION,
         lambda ev, pct: (f"attention runs unfused ({'eager softmax over the scores' if 'eager_softmax_ms_per_step' in ev else 'math'}): "
                          f"{ev['math_attention_pct_of_step']:.0f}% of the step; flash attention would save ~{pct:.0f}%"),
         "use F.scaled_dot_product_attention with a flash/efficient backend: bf16/fp16 inputs, no explicit attn_mask "
@@ -279,49 +329,61 @@ def _eager(k: pd.DataFrame, steps: int, step_ms: float):
             "source": "softmax kernels (not log-softmax) outside any SDPA op: scores materialised by eager attention"}, ms
 
 
-def layout_conversion(ctx: Context) -> Diagnosis | None:
-    def saved_of(e, steps, step_ms, r):
-        k = e.kernels
-        m = k[str_mask(k["name"], lambda c: c.str.contains(LAYOUT_KERNEL))]
-        if m.empty:
-            return None
-        ms = _per_step_ms(m, steps)
-        return {"layout_ms_per_step": round(ms, 3), "layout_pct_of_step": round(100 * ms / step_ms, 2),
-                "layout_kernels_per_step": round(len(m) / steps, 1),
-                "source": "nchwToNhwc / nhwcToNchw kernels"}, ms
+def _layout_saved(e, steps, step_ms, rf):
+    k = e.kernels
+    m = k[str_mask(k["name"], lambda c: c.str.contains(LAYOUT_KERNEL))]
+    if m.empty:
+        return None
+    ms = _per_step_ms(m, steps)
+    return {"layout_ms_per_step": round(ms, 3), "layout_pct_of_step": round(100 * ms / step_ms, 2),
+            "layout_kernels_per_step": round(len(m) / steps, 1),
+            "source": "nchwToNhwc / nhwcToNchw kernels"}, ms
 
+
+SAVED_LAYOUT = _saved_frame("layout_conversion", _layout_saved)
+
+
+@reads(*EFFICIENCY_READS, SAVED_LAYOUT)
+def layout_conversion(ctx: Context) -> Diagnosis | None:
     return _diagnosis(
-        ctx, "layout_conversion", saved_of,
+        ctx, SAVED_LAYOUT,
         lambda ev, pct: (f"NCHW↔NHWC conversions: {ev['layout_kernels_per_step']:.0f} kernels, "
                          f"{ev['layout_pct_of_step']:.0f}% of the step"),
         "keep conv tensors channels_last: model.to(memory_format=torch.channels_last) and the same for each input batch",
         "saved = layout conversion kernel time", [])
 
 
+def _stale_saved(e, steps, step_ms, rf):
+    _, major = _own_device(rf)
+    if major is None or int(major) < STALE_MIN_MAJOR:
+        return None
+    k = e.kernels
+    gemm = k[k["class"] == "gemm_tensor_core"]
+    stale = str_mask(gemm["name"], lambda c: c.str.contains(STALE_GEMM))
+    if not stale.any():
+        return None
+    s, rest = gemm[stale], gemm[~stale]
+    rate = lambda g: float(g["flops"].sum()) / (float(g["dur_us"].sum()) / 1e6) / 1e12 if g["dur_us"].sum() > 0 else 0.0  # noqa: E731
+    own, other = rate(s), rate(rest)
+    ms = _per_step_ms(s, steps)
+    saved = ms * (1 - own / other) if other > own > 0 else 0.0
+    return {"stale_gemm_ms_per_step": round(ms, 3), "stale_gemm_pct_of_step": round(100 * ms / step_ms, 2),
+            "stale_tflops_per_s": round(own, 1), "other_gemm_tflops_per_s": round(other, 1),
+            "compute_capability_major": int(major),
+            "kernels": s.groupby("name")["dur_us"].sum().sort_values(ascending=False).head(3).index.astype(str).tolist(),
+            "source": "tensor-core GEMM kernels named for sm70/75/80 (cutlass_75_*, sm80_xmma …)"}, saved
+
+
+SAVED_STALE_GEMM = _saved_frame("stale_gemm_kernels", _stale_saved)
+
+
+@reads(*EFFICIENCY_READS, SAVED_STALE_GEMM)
 def stale_gemm_kernels(ctx: Context) -> Diagnosis | None:
     _, major = _device(ctx)
     if major is None or int(major) < STALE_MIN_MAJOR:
         return None
-
-    def saved_of(e, steps, step_ms, r):
-        k = e.kernels
-        gemm = k[k["class"] == "gemm_tensor_core"]
-        stale = str_mask(gemm["name"], lambda c: c.str.contains(STALE_GEMM))
-        if not stale.any():
-            return None
-        s, rest = gemm[stale], gemm[~stale]
-        rate = lambda g: float(g["flops"].sum()) / (float(g["dur_us"].sum()) / 1e6) / 1e12 if g["dur_us"].sum() > 0 else 0.0  # noqa: E731
-        own, other = rate(s), rate(rest)
-        ms = _per_step_ms(s, steps)
-        saved = ms * (1 - own / other) if other > own > 0 else 0.0
-        return {"stale_gemm_ms_per_step": round(ms, 3), "stale_gemm_pct_of_step": round(100 * ms / step_ms, 2),
-                "stale_tflops_per_s": round(own, 1), "other_gemm_tflops_per_s": round(other, 1),
-                "compute_capability_major": int(major),
-                "kernels": s.groupby("name")["dur_us"].sum().sort_values(ascending=False).head(3).index.astype(str).tolist(),
-                "source": "tensor-core GEMM kernels named for sm70/75/80 (cutlass_75_*, sm80_xmma …)"}, saved
-
     return _diagnosis(
-        ctx, "stale_gemm_kernels", saved_of,
+        ctx, SAVED_STALE_GEMM,
         lambda ev, pct: (f"GEMMs in kernels built for an older GPU: {ev['stale_gemm_pct_of_step']:.0f}% of the step at "
                          f"{ev['stale_tflops_per_s']:.0f} TFLOP/s vs {ev['other_gemm_tflops_per_s']:.0f} elsewhere"),
         "pad GEMM dimensions to multiples of 64 (vocabulary 50257 → 50304), keep tensors contiguous, and use a "
@@ -329,6 +391,7 @@ def stale_gemm_kernels(ctx: Context) -> Diagnosis | None:
         "saved = stale_ms * (1 - stale_tflops / other_gemm_tflops)", ["model.vocab"])
 
 
+@reads(*EFFICIENCY_READS)
 def low_mfu(ctx: Context) -> Diagnosis | None:
     best = None
     for r, (e, steps, step_ms) in _frames(ctx).items():

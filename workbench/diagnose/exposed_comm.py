@@ -19,8 +19,8 @@ speed-up ≤ step_ms / (step_ms − exposed_ms).
 
 from __future__ import annotations
 
-from workbench.analysis.comm import comm_overlap
-from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.analysis import frames
+from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
 
 INFO_PCT = 10.0
 WARNING_PCT = 20.0
@@ -29,12 +29,13 @@ MIN_MS_PER_STEP = 2.0
 BANDS = ((INFO_PCT, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
+@reads(frames.COMM_OVERLAP)
 def exposed_communication(ctx: Context) -> Diagnosis | None:
-    if not ctx.traces:
+    if not ctx.ranks:
         return None
     per_rank = {}
-    for rank in ctx.traces:
-        ov = ctx.frame("comm_overlap", rank, comm_overlap)
+    for rank in ctx.ranks:
+        ov = ctx.frame(frames.COMM_OVERLAP, rank)
         if ov.empty or ov["comm_ms"].sum() == 0:
             continue
         p2p = ov["exposed_p2p_ms"] if "exposed_p2p_ms" in ov else 0.0

@@ -26,30 +26,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench import kineto
+from workbench.analysis import frames
+from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.intervals import cat_mask, merge
-from workbench.analysis.kernels import TINY_KERNEL_US, device_busy
-from workbench.analysis.steps import DATALOADER
-from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.analysis.kernels import TINY_KERNEL_US
+from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
 
 BUSY_WARNING_PCT = 50.0
 BUSY_CRITICAL_PCT = 25.0
 UNEXPLAINED_MIN_PCT = 25.0
 TINY_SHARE = 0.5
 SYNC_BANDS = ((5.0, "info"), (10.0, "warning"), (20.0, "critical"))
-SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 PAGEABLE_BANDS = ((1.0, "info"), (5.0, "warning"), (20.0, "critical"))
 
 
 def _gpu_ranks(ctx: Context) -> list[int]:
-    return [r for r in ctx.traces if ctx.rank_has_gpu(r)]
+    return [r for r in ctx.ranks if ctx.rank_has_gpu(r)]
 
 
+@reads(frames.DEVICE_BUSY)
 def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
     ranks = _gpu_ranks(ctx)
     if not ranks:
         return None
     b = ctx.breakdown[ctx.breakdown["rank"].isin(ranks)]
-    busy = {r: ctx.frame("device_busy", r, device_busy) for r in ranks}
+    busy = {r: ctx.frame(frames.DEVICE_BUSY, r) for r in ranks}
     busy_pct = float(np.mean([d["busy_pct"].mean() for d in busy.values()]))
     step_ms = float(b["step_ms"].mean())
     unexplained_ms = float((b["host_ms"] + b["idle_ms"]).mean())
@@ -84,10 +86,12 @@ def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
     )
 
 
-def _sync_gaps(trace, windows) -> dict:
+def _sync_gaps(rf: RankFrames) -> dict:
+    """Host syncs inside the steps and the GPU idle after each: syncs, gap_us, items (.item() calls)."""
+    trace, windows = rf.trace, rf[frames.WINDOWS]
     ev = trace.events
     cpu = ~ev["is_gpu"].to_numpy()
-    sync = ev[cat_mask(ev["name"], lambda c: c.isin(SYNC_NAMES)) & cpu]
+    sync = ev[cat_mask(ev["name"], lambda c: c.isin(kineto.SYNC_NAMES)) & cpu]
     gpu = ev[ev["is_gpu"]]
     gstart = np.sort(gpu["ts_us"].to_numpy())
     out = {"syncs": 0, "gap_us": 0.0, "items": 0}
@@ -103,7 +107,7 @@ def _sync_gaps(trace, windows) -> dict:
     nxt = np.where(j < len(gstart), gstart[np.clip(j, 0, len(gstart) - 1)], np.inf)
     gaps = np.clip(np.minimum(nxt, step_end) - ends, 0, None)
     # time the main thread then spends waiting on the DataLoader is dataloader_stall's, not ours
-    dl = ev[cat_mask(ev["name"], lambda c: c.str.match(DATALOADER.pattern)) & cpu]
+    dl = ev[cat_mask(ev["name"], lambda c: c.str.match(kineto.DATALOADER.pattern)) & cpu]
     if not dl.empty and len(ends):
         ds, de = merge(dl["ts_us"].to_numpy(), (dl["ts_us"] + dl["dur_us"]).to_numpy())
         covered = np.concatenate([[0.0], np.cumsum(de - ds)])
@@ -114,17 +118,21 @@ def _sync_gaps(trace, windows) -> dict:
             return covered[np.clip(k - 1, 0, None)] + np.where(k > 0, inside, 0.0)
 
         gaps = np.clip(gaps - (cover_upto(ends + gaps) - cover_upto(ends)), 0, None)
-    items = ev[cat_mask(ev["name"], lambda c: c == "aten::item") & cpu]
+    items = ev[cat_mask(ev["name"], lambda c: c == kineto.ITEM) & cpu]
     return {"syncs": int(inside.sum()), "gap_us": float(gaps.sum()),
             "items": len(items)}
 
 
+SYNC_GAPS = Frame("sync_gaps", _sync_gaps, returns=dict)
+
+
+@reads(SYNC_GAPS, frames.WINDOWS)
 def host_sync(ctx: Context) -> Diagnosis | None:
     ranks = _gpu_ranks(ctx)
     if not ranks:
         return None
-    per = {r: ctx.frame("sync_gaps", r, _sync_gaps) for r in ranks}
-    steps = {r: max(len(ctx.windows[r]), 1) for r in ranks}
+    per = {r: ctx.frame(SYNC_GAPS, r) for r in ranks}
+    steps = {r: max(len(ctx.windows(r)), 1) for r in ranks}
     step_ms = float(ctx.breakdown[ctx.breakdown["rank"].isin(ranks)]["step_ms"].mean())
     gap_ms = float(np.mean([per[r]["gap_us"] / 1e3 / steps[r] for r in ranks]))
     syncs = float(np.mean([per[r]["syncs"] / steps[r] for r in ranks]))
@@ -147,21 +155,25 @@ def host_sync(ctx: Context) -> Diagnosis | None:
     )
 
 
-def _pageable(trace, w) -> tuple[float, float, float]:
+def _pageable(rf: RankFrames) -> tuple[float, float, float]:
     """Pageable copies inside the steps, per step: (ms, bytes, copies)."""
-    ev = trace.events
-    pg = ev[ev["is_gpu"].to_numpy() & cat_mask(ev["name"], lambda c: c.str.contains("Pageable", regex=False))]
+    ev, w = rf.trace.events, rf[frames.WINDOWS]
+    pg = ev[ev["is_gpu"].to_numpy() & cat_mask(ev["name"], lambda c: c.str.contains(kineto.PAGEABLE, regex=False))]
     lo, hi = w["start_us"].min(), w["end_us"].max()
     pg = pg[(pg["ts_us"] >= lo) & (pg["ts_us"] < hi)]
     k = max(len(w), 1)
     return float(pg["dur_us"].sum() / 1e3 / k), float(pg["bytes"].sum() / k), len(pg) / k
 
 
+PAGEABLE = Frame("pageable", _pageable, returns=(tuple, list))
+
+
+@reads(PAGEABLE)
 def pageable_memcpy(ctx: Context) -> Diagnosis | None:
     ranks = _gpu_ranks(ctx)
     if not ranks:
         return None
-    per = [ctx.frame("pageable", r, _pageable) for r in ranks]
+    per = [ctx.frame(PAGEABLE, r) for r in ranks]
     ms, nbytes, n = ([p[i] for p in per] for i in range(3))
     step_ms = float(ctx.breakdown[ctx.breakdown["rank"].isin(ranks)]["step_ms"].mean())
     copy_ms = float(np.mean(ms))

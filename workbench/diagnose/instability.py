@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench.diagnose.base import Context, Diagnosis
+from workbench.diagnose.base import Context, Diagnosis, reads
 
 LOSS_SPIKE_FACTOR = 2.0
 GRAD_SPIKE_FACTOR = 5.0
@@ -31,6 +31,7 @@ def _spikes(values: pd.Series, factor: float) -> np.ndarray:
     return ((v > factor * base) & (base > 0)).to_numpy()
 
 
+@reads()  # the steps CSVs only
 def training_instability(ctx: Context) -> Diagnosis | None:
     found: list[dict] = []
     for rank, df in sorted(ctx.steps.items()):

@@ -28,8 +28,11 @@ headroom.
 
 from __future__ import annotations
 
-from workbench.analysis.memory import GIB, memory_summary, zero_model_states_bytes
-from workbench.diagnose.base import Context, Diagnosis, severity_for
+from workbench import kineto
+from workbench.analysis import frames
+from workbench.analysis.frames import Frame, RankFrames
+from workbench.analysis.memory import GIB, zero_model_states_bytes
+from workbench.diagnose.base import Context, Diagnosis, reads, severity_for
 
 OOM_BANDS = ((75.0, "info"), (85.0, "warning"), (95.0, "critical"))
 GROWTH_HORIZON_STEPS = 1000
@@ -37,18 +40,19 @@ MIN_GROWTH_BYTES_PER_STEP = 1 << 20
 FRAG_MIN_PCT = 10.0
 FRAG_CAPACITY_BANDS = ((85.0, "warning"), (95.0, "critical"))
 MIN_STRANDED_GIB = 1.0
-GRAPH_LAUNCH = "cudaGraphLaunch"
-
-
-def graph_launches(ctx: Context, rank: int) -> int:
+def _graph_launches(rf: RankFrames) -> int:
     """cudaGraphLaunch calls in the rank's trace."""
-    return ctx.frame("graph_launches", rank, lambda t, w: int((t.events["name"] == GRAPH_LAUNCH).sum()))
+    return int((rf.trace.events["name"] == kineto.GRAPH_LAUNCH).sum())
+
+
+GRAPH_LAUNCHES = Frame("graph_launches", _graph_launches, returns=int)
 
 
 def _summaries(ctx: Context) -> dict[int, dict]:
-    return {r: ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) for r in ctx.traces}
+    return {r: ctx.frame(frames.MEMORY_SUMMARY, r) for r in ctx.ranks}
 
 
+@reads(frames.MEMORY_SUMMARY)
 def oom_risk(ctx: Context) -> Diagnosis | None:
     if not ctx.capacity_bytes:
         return None
@@ -93,6 +97,7 @@ def oom_risk(ctx: Context) -> Diagnosis | None:
     )
 
 
+@reads(frames.MEMORY_SUMMARY, GRAPH_LAUNCHES)
 def memory_fragmentation(ctx: Context) -> Diagnosis | None:
     sums = {r: s for r, s in _summaries(ctx).items() if s["peak_reserved_bytes"]}
     if not sums:
@@ -109,7 +114,7 @@ def memory_fragmentation(ctx: Context) -> Diagnosis | None:
     near = severity_for(used_pct, FRAG_CAPACITY_BANDS) if used_pct is not None else None
     if gib < MIN_STRANDED_GIB or (pct < FRAG_MIN_PCT and near is None):
         return None
-    graphs = graph_launches(ctx, worst) if worst in ctx.traces else 0
+    graphs = ctx.frame(GRAPH_LAUNCHES, worst) if worst in ctx.ranks else 0
     severity = "info" if graphs else (near or "info")
     at = (f"peak reserved {used_pct:.0f}% of capacity" if used_pct is not None else "capacity unknown")
     return Diagnosis(

@@ -5,7 +5,7 @@ Signal: ranks whose trace holds ``torch.distributed.pipelining`` annotations (``
 Bubble = step time on the main thread outside those annotations, plus the point-to-point waits
 inside them (a stage's action opens before its input has arrived: the ``gloo:recv`` that
 follows is the stage idling, not working; an async send's annotation is a wait only after the
-thread's last activity inside it, ``comm.blocked_waits``), share of the step, compared
+thread's last activity inside it, ``intervals.blocked_waits``), share of the step, compared
 with the ideal (p − 1)/(m + p − 1) for p stages (ranks with PP annotations) and m micro-batches
 (distinct forward indices per step) (GPipe, Huang et al. 2019, §2.2; 1F1B has the same bubble).
 
@@ -18,21 +18,15 @@ saved ≤ bubble_ms − step_ms × (p − 1)/(4p + p − 1).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from workbench.analysis.intervals import cat_mask, clip, overlap_length, union_length
-from workbench.analysis.comm import P2P_OP, blocked_waits
-from workbench.analysis.steps import COMM_SPAN, CPU_COMM_OP, PROFILER_STEP, main_thread
-from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench import kineto
+from workbench.analysis.events import classify
+from workbench.analysis.frames import Frame, RankFrames, WINDOWS
+from workbench.analysis.intervals import blocked_waits, cat_mask, clip, overlap_length, union_length
+from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
 
-PP_ANNOTATION = re.compile(r"^(Forward|Backward) (\d+)$|^PP:")
 BANDS = ((10.0, "info"), (20.0, "warning"), (40.0, "critical"))
-
-
-def _iv(df) -> tuple[np.ndarray, np.ndarray]:
-    return df["ts_us"].to_numpy(), (df["ts_us"] + df["dur_us"]).to_numpy()
 
 
 def _and3(a, b, c) -> float:
@@ -43,28 +37,26 @@ def _and3(a, b, c) -> float:
 
 def has_pipeline_actions(trace) -> bool:
     """True when the trace holds torch.distributed.pipelining stage actions."""
-    return any(PP_ANNOTATION.match(c) for c in trace.events["name"].cat.categories)
+    return any(kineto.PP_ACTION.match(c) for c in trace.events["name"].cat.categories)
 
 
-def _bubble(trace, windows) -> dict | None:
-    ev = trace.events
-    cats = [c for c in ev["name"].cat.categories if PP_ANNOTATION.match(c)]
-    if not cats:
+def _bubble(rf: RankFrames) -> dict | None:
+    """The rank's pipeline bubble over its steps: bubble_pct, step_ms, p2p_wait_pct, microbatches;
+    None when it runs no pipeline actions."""
+    trace, windows = rf.trace, rf[WINDOWS]
+    if not has_pipeline_actions(trace):
         return None
-    main = main_thread(trace)
-    on_main = cat_mask(ev["tid"], lambda c: c == main) & ~ev["is_gpu"].to_numpy()
-    pp = ev[ev["name"].isin(cats).to_numpy() & on_main]
-    p2p = on_main & cat_mask(ev["name"], lambda c: c.str.contains(P2P_OP))
-    span = cat_mask(ev["name"], lambda c: c.str.match(COMM_SPAN.pattern))
-    not_step = ~cat_mask(ev["name"], lambda c: c.str.match(PROFILER_STEP.pattern))
-    s_all, e_all = _iv(ev)
+    ev, c = trace.events, classify(trace)
+    s_all, e_all = c.start_us, c.end_us
+    in_pp = c.on_main & cat_mask(ev["name"], lambda n: n.str.match(kineto.PP_ACTION.pattern))
+    p2p, span = c.on_main & c.p2p, c.comm_span
     # blocking p2p ops (c10d::send on gloo) and the blocked part of p2p annotations (gloo:recv)
-    w_s, w_e = blocked_waits(s_all, e_all, p2p & span, on_main & not_step & ~span)
+    w_s, w_e = blocked_waits(s_all, e_all, p2p & span, c.on_main & ~c.step & ~span)
     wait = (np.concatenate([s_all[p2p & ~span], w_s]), np.concatenate([e_all[p2p & ~span], w_e]))
-    work = _iv(ev[on_main & cat_mask(ev["cat"], lambda c: c == "cpu_op")
-                  & ~cat_mask(ev["name"], lambda c: c.str.match(CPU_COMM_OP.pattern))])
-    s, e = _iv(pp)
-    fwd = pp["name"].astype(str).str.extract(r"^Forward (\d+)$", expand=False).dropna().astype(int)
+    work_mask = c.on_main & c.cpu_op & ~c.comm_op
+    work = s_all[work_mask], e_all[work_mask]
+    s, e = s_all[in_pp], e_all[in_pp]
+    fwd = ev["name"][in_pp].astype(str).str.extract(kineto.PP_FORWARD.pattern, expand=False).dropna().astype(int)
     busy, waited, total = 0.0, 0.0, 0.0
     for lo, hi in windows[["start_us", "end_us"]].itertuples(index=False):
         act, w, k = clip(s, e, lo, hi), clip(*wait, lo, hi), clip(*work, lo, hi)
@@ -78,8 +70,12 @@ def _bubble(trace, windows) -> dict | None:
             "microbatches": int(fwd.nunique()) if len(fwd) else None}
 
 
+PP_BUBBLE = Frame("pp_bubble", _bubble, returns=(dict, type(None)))
+
+
+@reads(PP_BUBBLE)
 def pipeline_bubble(ctx: Context) -> Diagnosis | None:
-    per = {r: ctx.frame("pp_bubble", r, _bubble) for r in ctx.traces}
+    per = {r: ctx.frame(PP_BUBBLE, r) for r in ctx.ranks}
     per = {r: v for r, v in per.items() if v is not None}
     if not per:
         return None

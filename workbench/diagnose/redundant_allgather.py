@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.analysis.comm import collective_calls, comm_overlap
-from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench import kineto
+from workbench.analysis import frames
+from workbench.analysis.frames import Frame, RankFrames
+from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
 
 SHARDED_GATHERS_PER_STEP = 2
 REPLICATED_GATHERS_PER_STEP = 1
@@ -36,20 +38,24 @@ CRITICAL_PCT = 20.0
 BANDS = ((0.0, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
-def fsdp_annotated(ctx: Context, rank: int) -> bool:
+def _fsdp_annotated(rf: RankFrames) -> bool:
     """The rank's trace holds FSDP's ``FSDP::…`` annotations (a sharded model)."""
-    return ctx.frame("fsdp_annotated", rank, lambda t, w: any(c.startswith("FSDP::") for c in t.events["name"].cat.categories))
+    return any(c.startswith(kineto.FSDP_PREFIX) for c in rf.trace.events["name"].cat.categories)
 
 
+FSDP_ANNOTATED = Frame("fsdp_annotated", _fsdp_annotated, returns=bool)
+
+
+@reads(frames.COLLECTIVE_CALLS, frames.COMM_OVERLAP, frames.WINDOWS, FSDP_ANNOTATED)
 def redundant_allgather(ctx: Context) -> Diagnosis | None:
-    if not ctx.traces:
+    if not ctx.ranks:
         return None
     per_rank, groups = {}, []
-    for rank in ctx.traces:
-        calls = ctx.frame("collective_calls", rank, collective_calls)
+    for rank in ctx.ranks:
+        calls = ctx.frame(frames.COLLECTIVE_CALLS, rank)
         calls = calls[calls["step"] >= 0]
-        n_steps = max(len(ctx.windows[rank]), 1)
-        sharded = bool((calls["op"] == "reduce_scatter").any()) or fsdp_annotated(ctx, rank)
+        n_steps = max(len(ctx.windows(rank)), 1)
+        sharded = bool((calls["op"] == "reduce_scatter").any()) or ctx.frame(FSDP_ANNOTATED, rank)
         need = SHARDED_GATHERS_PER_STEP if sharded else REPLICATED_GATHERS_PER_STEP
         ag = calls[calls["op"] == "all_gather"]
         if ag.empty:
@@ -65,7 +71,7 @@ def redundant_allgather(ctx: Context) -> Diagnosis | None:
         own_ms = float((red["redundant_per_step"] * red["mean_ms"]).sum())
         all_bytes = float((calls["bytes"].fillna(0)).sum()) / n_steps
         red_bytes = float((red["redundant_per_step"] * red["bytes"].fillna(0)).sum())
-        exposed = ctx.frame("comm_overlap", rank, comm_overlap)
+        exposed = ctx.frame(frames.COMM_OVERLAP, rank)
         exposed_ms = float(exposed["exposed_ms"].mean()) if not exposed.empty else 0.0
         per_rank[rank] = max(own_ms, exposed_ms * red_bytes / all_bytes if all_bytes > 0 else 0.0)
         for row in red.itertuples(index=False):
@@ -76,7 +82,7 @@ def redundant_allgather(ctx: Context) -> Diagnosis | None:
     if not per_rank:
         return None
     step_ms = ctx.step_ms()
-    red_ms = float(np.mean([per_rank.get(r, 0.0) for r in ctx.traces]))
+    red_ms = float(np.mean([per_rank.get(r, 0.0) for r in ctx.ranks]))
     share = 100.0 * red_ms / step_ms if step_ms > 0 else 0.0
     severity = severity_for(share, BANDS)
     extra = sum(g["calls_per_step"] - g["needed_per_step"] for g in groups) / max(len(per_rank), 1)

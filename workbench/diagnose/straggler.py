@@ -29,8 +29,9 @@ speed-up ≤ step_ms / (step_ms − excess_ms).
 
 from __future__ import annotations
 
+from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.skew import rank_skew
-from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
 from workbench.diagnose.pipeline import has_pipeline_actions
 
 BANDS = ((1.1, "info"), (1.3, "warning"), (1.6, "critical"))
@@ -50,23 +51,28 @@ def per_step_ratios(b) -> dict[int, float]:
     return out
 
 
-def has_collectives(ctx: Context, rank: int) -> bool:
+def _has_collectives(rf: RankFrames) -> bool:
     """The rank's trace records any collective or point-to-point call."""
-    return ctx.frame("has_collectives", rank, lambda t, w: not t.comms.empty)
+    return not rf.trace.comms.empty
 
 
-def pipeline_stage(ctx: Context, rank: int) -> bool:
+def _pipeline_stage(rf: RankFrames) -> bool:
     """The rank runs torch.distributed.pipelining stage actions."""
-    return ctx.frame("pipeline_stage", rank, lambda t, w: has_pipeline_actions(t))
+    return has_pipeline_actions(rf.trace)
 
 
+HAS_COLLECTIVES = Frame("has_collectives", _has_collectives, returns=bool)
+PIPELINE_STAGE = Frame("pipeline_stage", _pipeline_stage, returns=bool)
+
+
+@reads(HAS_COLLECTIVES, PIPELINE_STAGE)
 def straggler_rank(ctx: Context) -> Diagnosis | None:
     b = ctx.breakdown
     if b.empty or b["rank"].nunique() < 2:
         return None
-    if ctx.traces and not any(has_collectives(ctx, r) for r in ctx.traces):
+    if ctx.ranks and not any(ctx.frame(HAS_COLLECTIVES, r) for r in ctx.ranks):
         return None  # no rank waits for another
-    if any(pipeline_stage(ctx, r) for r in ctx.traces):
+    if any(ctx.frame(PIPELINE_STAGE, r) for r in ctx.ranks):
         return None  # stages differ by design: pipeline_bubble
     skew = rank_skew(b).set_index("rank")
     work = skew["work_ms"]

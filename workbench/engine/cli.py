@@ -98,24 +98,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_profiled(args: argparse.Namespace, script_args: list[str], config: dict) -> int:
-    from workbench.capture.launcher import already_a_rank, default_run_dir, parse_schedule, profile
-    from workbench.cli import _console, _print_analysis
-    from workbench.errors import WorkbenchError
+    from workbench.capture.launcher import default_run_dir, parse_schedule, profile
+    from workbench.console import finish_profiled_run
 
     out = args.out or default_run_dir(f"train-{Path(args.config).stem}.py")
     code, run_dir = profile(str(TRAIN_SCRIPT), script_args, nproc=args.nproc_per_node, out=out,
                             schedule=parse_schedule(args.schedule), config=config,
                             command=["workbench", "train", *sys.argv[2:]] if sys.argv[1:2] == ["train"] else None)
-    if already_a_rank() and os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
-        return code
-    con = _console()
-    con.print(f"[bold]workbench[/]: run written to {run_dir} (exit code {code})")
-    if args.no_analyze:
-        return code
-    try:
-        from workbench.verdict import analyze_run
-
-        _print_analysis(analyze_run(run_dir), con)
-    except WorkbenchError as e:
-        con.print(f"[yellow]workbench: nothing to analyze: {e}[/]")
-    return code
+    return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)

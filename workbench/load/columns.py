@@ -4,7 +4,7 @@ msgspec decodes events into typed structs that keep 7 fields and leave ``args`` 
 :class:`Columns` folds each batch of structs into compact arrays (float64 times, int32 codes
 for names, categories and threads) and decodes ``args`` only for the few events analysis reads
 (GPU kernels' stream and bytes, memory samples, collectives, thread names, and the shapes of
-the operators whose FLOPs are counted, see ``SHAPE_OP``). The loader feeds it
+the operators whose FLOPs are counted, see ``kineto.SHAPE_OP``). The loader feeds it
 one slice of ~50k events at a time and drops the slice, so a 500k-event trace never exists as
 500k Python objects at once (that, not the JSON text, is what made a whole-file decode peak at
 ~640 MiB on a 153 MB trace). The whole-file fallback feeds it all events in one batch; either way
@@ -20,6 +20,8 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 import pandas as pd
+
+from workbench import kineto
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -96,23 +98,6 @@ _MEM_DECODER = msgspec.json.Decoder(_MemArgs)
 _SHAPE_DECODER = msgspec.json.Decoder(_ShapeArgs)
 _ARGS_DECODER = msgspec.json.Decoder(dict)
 
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "Kernel"})
-# Host-side launches (cudaLaunchKernel, cudaMemcpyAsync, cuLaunchKernel …): their `correlation`
-# arg names the GPU event they started, which puts each GPU event in the step that launched it.
-LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
-# Events that carry collective metadata: NCCL's record_param_comms, the c10d dispatcher ops seen
-# on gloo, functional collectives, and the NCCL kernels themselves.
-COMM_NAME = re.compile(r"^(record_param_comms|c10d::|_c10d_functional::|nccl:|ncclKernel|ncclDevKernel|gloo:)")
-
-# Operators whose FLOPs workbench.analysis.flops counts from their shapes. Only these cpu_ops get
-# their args decoded (into the events' ``op_args`` column): decoding every op's args is what makes
-# a 500k-event trace slow. Container ops (aten::linear, aten::matmul, aten::conv2d) are left out on
-# purpose: their children here carry the FLOPs with the dtype that really ran (under autocast
-# aten::linear sees fp32 weights, its aten::addmm bf16 ones).
-SHAPE_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_scaled_mm|convolution|convolution_backward"
-                      r"|scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+"
-                      r"|_efficient_attention_\w+|_cudnn_attention_\w+)$")
-
 COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu", "tid"]
 MEMORY_COLUMNS = ["ts_us", "allocated_bytes", "reserved_bytes", "device_type"]
 
@@ -171,13 +156,13 @@ class Columns:
         complete: list[_Event] = []
         for e in events:
             ph = e.ph
-            if ph == "X":
+            if ph == kineto.COMPLETE:
                 complete.append(e)
-            elif ph == "i" and e.name == "[memory]":
+            elif ph == kineto.INSTANT and e.name == kineto.MEMORY_EVENT:
                 a = _args(_MEM_DECODER, e.args) if e.args else _MemArgs()
                 if a is not None:  # a sample whose sizes are not numbers is no sample (not a 0)
                     self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
-            elif ph == "M" and e.name == "thread_name" and e.args:
+            elif ph == kineto.METADATA and e.name == kineto.THREAD_NAME and e.args:
                 name = _args(_ARGS_DECODER, e.args, {})
                 self.threads[str(e.tid)] = str(name.get("name", "") if isinstance(name, dict) else "")
         if not complete:
@@ -190,7 +175,7 @@ class Columns:
         self.ts.extend([e.ts for e in complete])
         self.dur.extend([e.dur for e in complete])
         for i, e in enumerate(complete):
-            if e.cat in GPU_CATS and e.args:
+            if e.cat in kineto.GPU_CATS and e.args:
                 g = _args(_GPU_DECODER, e.args, _GpuArgs())
                 self.gpu_row.append(base + i)
                 self.gpu_stream.append(g.stream)
@@ -198,23 +183,23 @@ class Columns:
                 if g.correlation >= 0:
                     self.corr_row.append(base + i)
                     self.corr_val.append(g.correlation)
-            elif e.cat in LAUNCH_CATS and e.args:
+            elif e.cat in kineto.LAUNCH_CATS and e.args:
                 c = _args(_CORR_DECODER, e.args, _CorrArgs()).correlation
                 if c >= 0:
                     self.corr_row.append(base + i)
                     self.corr_val.append(c)
         # the COMM_NAME regex runs once per distinct name, not once per event
         flags = self.is_comm_name
-        flags.extend(bool(COMM_NAME.match(n)) for n in list(self.names)[len(flags):])
+        flags.extend(bool(kineto.COMM_NAME.match(n)) for n in list(self.names)[len(flags):])
         flags_np = np.array(flags, dtype=bool)
         codes = np.array(names, dtype=np.int64)
         for i in np.flatnonzero(flags_np[codes]):
             self.comm_rows.append(_comm_row(complete[i]))
         shape = self.is_shape_name
-        shape.extend(bool(SHAPE_OP.match(n)) for n in list(self.names)[len(shape):])
+        shape.extend(bool(kineto.SHAPE_OP.match(n)) for n in list(self.names)[len(shape):])
         for i in np.flatnonzero(np.array(shape, dtype=bool)[codes]):
             e = complete[i]
-            if e.cat == "cpu_op" and e.args:
+            if e.cat == kineto.CPU_OP and e.args:
                 shape_args = _args(_SHAPE_DECODER, e.args)
                 if shape_args is not None:
                     self.shape_row.append(base + i)
@@ -224,7 +209,7 @@ class Columns:
         """(events, memory, comms) as documented in :mod:`workbench.load.trace`."""
         n = len(self.ts)
         cat = _categorical(self.cat_code, self.cats)
-        gpu_cat = np.array([c in GPU_CATS for c in cat.categories], dtype=bool)
+        gpu_cat = np.array([c in kineto.GPU_CATS for c in cat.categories], dtype=bool)
         is_gpu = gpu_cat[cat.codes] if len(gpu_cat) else np.zeros(n, dtype=bool)
         stream = np.full(n, -1, dtype=np.int64)
         nbytes = np.zeros(n, dtype=np.int64)
@@ -309,6 +294,6 @@ def _comm_row(e: _Event) -> tuple:
         as_int(a.get("Group size")),
         as_name(a.get("Process Group Name")),
         str(a.get("Input Dims")) if a.get("Input Dims") is not None else None,
-        e.cat in GPU_CATS,
+        e.cat in kineto.GPU_CATS,
         str(e.tid),
     )

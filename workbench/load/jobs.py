@@ -47,21 +47,9 @@ _HEAD_PID = re.compile(rb'"pid"\s*:\s*(\d+)')
 _HEAD_HOST = re.compile(rb'"host_name"\s*:\s*"([^"]*)"')
 
 
-def span_s(trace) -> tuple[float | None, float | None]:
-    """Unix time (s) of the trace's first event's start and last event's end; (None, None) without
-    ``baseTimeNanoseconds``. ``trace``: a Trace, or a workbench.reduce.RankSummary (which holds them)."""
-    if not hasattr(trace, "events"):
-        return trace.start_s, trace.end_s
-    if not trace.base_time_ns or trace.events.empty:
-        return None, None
-    base = trace.base_time_ns / 1e9
-    return (base + float(trace.events["ts_us"].min()) / 1e6,
-            base + float((trace.events["ts_us"] + trace.events["dur_us"]).max()) / 1e6)
-
-
 @dataclass(slots=True, eq=False)
 class Candidate:
-    """One parsed trace (or its workbench.reduce.RankSummary) and the rank it will be analysed as."""
+    """One parsed trace (or its workbench.analysis.frames.RankSummary) and the rank it will be analysed as."""
 
     rank: int
     trace: Trace
@@ -71,7 +59,7 @@ class Candidate:
     _process: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
-        self.start_s, self.end_s = span_s(self.trace)
+        self.start_s, self.end_s = self.trace.span_s
 
     @property
     def name(self) -> str:

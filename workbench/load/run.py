@@ -19,13 +19,11 @@ from typing import Any, Iterable
 import pandas as pd
 
 from workbench import contract
-from workbench.cache import TRACE_GLOBS, trace_files  # noqa: F401 - callers import them from here
+from workbench.kineto import RANK_FILE, trace_files
 from workbench.errors import TraceError, WorkbenchError
 from workbench.load import jobs
 from workbench.load.jobs import Candidate
 from workbench.load.trace import Trace, read_trace
-
-_RANK_FILE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
 
 
 @dataclass(slots=True)
@@ -37,7 +35,7 @@ class RankData:
     nvml: pd.DataFrame | None = None
     """nvml_rank{r}.csv (contract.NVML_COLUMNS), or None."""
     summary: Any = None
-    """workbench.reduce.RankSummary: the rank reduced to what analysis reads (set by
+    """workbench.analysis.frames.RankSummary: the rank reduced to what analysis reads (set by
     ``workbench.reduce.load_reduced``, where ``trace`` stays None)."""
 
 
@@ -67,7 +65,7 @@ class Run:
 
     @property
     def summaries(self) -> dict:
-        """rank → workbench.reduce.RankSummary, for a run loaded as summaries."""
+        """rank → workbench.analysis.frames.RankSummary, for a run loaded as summaries."""
         return {r: d.summary for r, d in self.ranks.items() if d.summary is not None}
 
     @property
@@ -147,7 +145,7 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
     wanted = set(ranks) if ranks is not None else None
     cands: list[Candidate] = []
     for i, f in enumerate(files):
-        m = _RANK_FILE.match(f.name)
+        m = RANK_FILE.match(f.name)
         if m and wanted is not None and int(m.group(1)) not in wanted:
             continue
         trace = read_trace(f)
@@ -181,7 +179,7 @@ def rank_of(trace, file: Path) -> int:
     name, else 0 (a single-process job; its profiler cycles then collapse in :func:`one_job`)."""
     if trace.rank is not None:
         return int(trace.rank)
-    m = _RANK_FILE.match(Path(file).name)
+    m = RANK_FILE.match(Path(file).name)
     return int(m.group(1)) if m else 0
 
 

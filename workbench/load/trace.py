@@ -45,9 +45,10 @@ import msgspec
 import pandas as pd
 
 from workbench.errors import TraceError
-from workbench.load.columns import COMM_NAME, DECODER, EVENTS_DECODER, GPU_CATS, Columns, _Trace, as_int, as_name
+from workbench import kineto
+from workbench.load.columns import DECODER, EVENTS_DECODER, Columns, _Trace, as_int, as_name
 
-__all__ = ["COMM_NAME", "GPU_CATS", "MAX_TRACE_BYTES", "Trace", "device_properties", "distributed_info", "iter_text",
+__all__ = ["MAX_TRACE_BYTES", "Trace", "device_properties", "distributed_info", "iter_text",
            "read_bytes", "read_trace"]
 
 MAX_TRACE_BYTES = 8 << 30  # a decompressed trace over 8 GiB is refused rather than swapping
@@ -67,7 +68,7 @@ MAX_SEP_TRIES = 8
 HEAD_LIMIT = 1 << 20  # Kineto's header (device properties, distributedInfo) is a few KB
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Trace:
     """One rank's trace, reduced to what analysis reads."""
 
@@ -99,6 +100,16 @@ class Trace:
     @property
     def n_events(self) -> int:
         return len(self.events)
+
+    @property
+    def span_s(self) -> tuple[float | None, float | None]:
+        """Unix time (s) of the first event's start and the last event's end; (None, None) without
+        ``baseTimeNanoseconds``."""
+        if not self.base_time_ns or self.events.empty:
+            return None, None
+        base = self.base_time_ns / 1e9
+        return (base + float(self.events["ts_us"].min()) / 1e6,
+                base + float((self.events["ts_us"] + self.events["dur_us"]).max()) / 1e6)
 
 
 def iter_text(path: Path) -> Iterator[bytes]:
@@ -352,7 +363,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
     events, memory, comms = cols.tables()
     dist = distributed_info(doc.distributedInfo)
     first_step = None
-    step_cats = [c for c in events["name"].cat.categories if _STEP.fullmatch(c)]
+    step_cats = [c for c in events["name"].cat.categories if kineto.PROFILER_STEP.fullmatch(c)]
     if step_cats:
         marked = events[events["name"].isin(step_cats) & ~events["is_gpu"]]
         if not marked.empty:
@@ -380,7 +391,6 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
 # there (fuzzing found a string rank, a null device, a group's ranks given as a number); the
 # events are still good, so a field that does not fit is dropped, never the trace. Keys not named
 # below are kept as they are: nothing reads them (a reader that starts to adds its key here).
-_STEP = re.compile(r"ProfilerStep#\d{1,18}", re.ASCII)  # int() of the number must fit int64
 MAX_RANK = 2**31 - 1  # torch ranks are C ints
 
 

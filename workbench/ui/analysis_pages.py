@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench.analysis.comm import collective_inventory, comm_overlap
+from workbench.analysis import frames
 from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
 from workbench.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
 from workbench.ui import state, summary
@@ -47,13 +47,9 @@ def communication_page() -> None:
     st.title("Communication")
     if analysis is None:
         return
-    inventories, overlaps = [], []
-    ctx = analysis.context
-    for r in sorted(ctx.traces):  # per-rank frames of the analysis (computed next to each trace)
-        inventories.append(ctx.frame("inventory", r, collective_inventory).assign(rank=r))
-        overlaps.append(ctx.frame("comm_overlap", r, comm_overlap).assign(rank=r))
-    inv = pd.concat(inventories, ignore_index=True)
-    ov = pd.concat(overlaps, ignore_index=True)
+    # per-rank frames of the analysis (computed next to each trace)
+    inv = pd.concat([f.assign(rank=r) for r, f in analysis.per_rank_frames(frames.INVENTORY).items()], ignore_index=True)
+    ov = pd.concat([f.assign(rank=r) for r, f in analysis.per_rank_frames(frames.COMM_OVERLAP).items()], ignore_index=True)
     if inv.empty:
         st.info("No collectives in this run's traces (a single process, or communication outside the profiled steps).")
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from workbench.compare import compare_runs
+from workbench.compare import compare_runs, default_pair
 from workbench.figures import compare_bars, step_breakdown_bar
 from workbench.ui import state, widgets
 
@@ -18,9 +18,10 @@ def compare_page() -> None:
     names = [r["name"] for r in runs]
     paths = {r["name"]: r["path"] for r in runs}
     qa, qb = st.query_params.get("a"), st.query_params.get("b")
+    da, db = default_pair(runs)  # the newest run and its closest predecessor
     c1, c2 = st.columns(2)
-    a_name = c1.selectbox("A (before)", names, index=names.index(qa) if qa in names else 1, key="compare_a")
-    b_name = c2.selectbox("B (after)", names, index=names.index(qb) if qb in names else 0, key="compare_b")
+    a_name = c1.selectbox("A (before)", names, index=names.index(qa) if qa in names else da, key="compare_a")
+    b_name = c2.selectbox("B (after)", names, index=names.index(qb) if qb in names else db, key="compare_b")
     st.query_params["a"], st.query_params["b"] = a_name, b_name
     a, b = state.analysis_for(paths[a_name]), state.analysis_for(paths[b_name])
     if a is None or b is None:

@@ -28,7 +28,8 @@ def overview_page() -> None:
     cols[1].metric("GPU busy" if gpu else "CPU busy (no GPU)", _fmt(h.gpu_busy_pct, "%", 0),
                    help="share of the step the GPU runs kernels or copies" if gpu else
                    "CPU run: share of the step the main thread computes")
-    cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation; needs flops_per_token in the manifest (engine runs)")
+    cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation, as `workbench analyze` reports it: the step's "
+                   "FLOPs (counted from the ops' shapes) at the device's dense peak ÷ step time; GPU runs of a known device")
     cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")
     peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
     if h.peak_memory_bytes and h.capacity_bytes:

@@ -7,7 +7,7 @@ import streamlit as st
 
 from workbench import uploads
 from workbench.errors import WorkbenchError
-from workbench.load.run import trace_files
+from workbench.kineto import trace_files
 from workbench.ui import state
 
 # Runs whose traces total less than this are analysed to fill the verdict column; larger ones

@@ -65,7 +65,7 @@ def known_verdict(path: Path) -> str | None:
 @st.cache_resource(max_entries=64, show_spinner=False)
 def _windows(path: str, mtime: float, rank: int) -> pd.DataFrame:
     ctx = _analysis(path, mtime).context
-    return ctx.windows[rank] if ctx is not None and rank in ctx.windows else step_windows(_trace(path, mtime, rank))
+    return ctx.windows(rank) if ctx is not None and rank in ctx.ranks else step_windows(_trace(path, mtime, rank))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workbench.analysis.memory import memory_summary
-from workbench.peaks import device_peak, mfu_pct as mfu, peak_flops
+from workbench.analysis import frames
+from workbench.peaks import device_peak
 from workbench.verdict import Analysis
-
 
 
 @dataclass(slots=True)
@@ -24,7 +23,8 @@ class Headline:
     """Share of the step the device is busy: GPU kernels/copies, or on CPU runs the main thread's
     compute (``compute_busy_pct``)."""
     mfu_pct: float | None
-    """Model FLOPs utilisation (PaLM appendix B) when the manifest gives FLOPs per token."""
+    """Model FLOPs utilisation: ``efficiency.mfu_pct`` of ``workbench analyze --json`` (the step's
+    FLOPs, counted from the ops' shapes, at the device's dense peak per dtype ÷ step time)."""
     exposed_comm_pct: float | None
     """Communication not hidden by compute, share of the step (the breakdown's category)."""
     peak_memory_bytes: int | None
@@ -37,9 +37,9 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
     """Peak memory per rank: GPU allocated ([memory] events, else steps.csv), else the host RSS."""
     run = analysis.run
     out: dict[int, int] = {}
-    ctx = analysis.context
+    mems = analysis.per_rank_frames(frames.MEMORY_SUMMARY)
     for r, d in run.ranks.items():
-        mem = ctx.frame("memory_summary", r, lambda t, w: memory_summary(t, ctx.capacity_bytes, w)) if ctx and r in ctx.traces else None
+        mem = mems.get(r)
         if mem is not None and mem["peak_allocated_bytes"] is not None:
             out[r] = int(mem["peak_allocated_bytes"])
         elif d.steps is not None and "max_mem_allocated_bytes" in d.steps and d.steps["max_mem_allocated_bytes"].notna().any():
@@ -54,22 +54,22 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
 
 
 def mfu_pct(analysis: Analysis) -> float | None:
-    """MFU = tokens/s per device × FLOPs/token ÷ peak, when the manifest has ``flops_per_token``
-    (engine runs). tokens/s is ``metrics.tokens_per_s``: the steady steps (step ≥ 1, not profiled;
-    analysis.throughput), the number ``workbench compare`` and the case studies report."""
-    m = analysis.run.manifest
-    fpt = m.get("flops_per_token") or (m.get("config") or {}).get("flops_per_token")
-    if not fpt or not peak_flops(analysis.run.device_name):
-        return None
-    tps = analysis.metrics().get("tokens_per_s")
-    if not tps:
-        return None
-    return mfu(tps / max(analysis.run.world_size or 1, 1), fpt, analysis.run.device_name)
+    """The run's MFU, as ``workbench analyze --json`` reports it (``efficiency.mfu_pct``, mean over
+    ranks and profiled steps; analysis.flops): the one MFU of the CLI, the app and the report."""
+    eff = analysis.efficiency_json()
+    return eff["mfu_pct"] if eff else None
+
+
+def evidence_text(value) -> str:
+    """An evidence value as ``--json`` prints it (``4.3``, ``{"0": 12.5}``; never ``np.float64(4.3)``)."""
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
 
 
 def headline(analysis: Analysis) -> Headline:
     """The Overview's numbers: ``Analysis.metrics()`` (what ``workbench compare`` diffs), plus the
-    host-RSS peak on CPU runs and MFU when it can be known."""
+    host-RSS peak on CPU runs and the MFU of ``--json``."""
     m = analysis.metrics()
     peaks, kind = peak_memory(analysis)
     peak = m.get("peak_allocated_gib")

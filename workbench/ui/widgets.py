@@ -48,7 +48,7 @@ def diagnosis_cards(analysis: Analysis, detailed: bool = False, only: set[str] |
             if detailed:
                 flat = {k: v for k, v in d.evidence.items() if not isinstance(v, (dict, list))}
                 if flat:
-                    st.dataframe(pd.DataFrame({"evidence": list(flat), "value": [str(v) for v in flat.values()]}),
+                    st.dataframe(pd.DataFrame({"evidence": list(flat), "value": [summary.evidence_text(v) for v in flat.values()]}),
                                  hide_index=True, width="stretch")
                 nested = {k: v for k, v in d.evidence.items() if isinstance(v, (dict, list))}
                 if nested:

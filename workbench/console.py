@@ -1,0 +1,164 @@
+"""Text output of the commands: the result on stdout, progress and notes on stderr.
+
+``workbench analyze RUN > out.txt`` (or ``| less``) captures the verdict; the progress bar, the
+cache's notes and ``workbench profile``'s "run written to …" stay on the terminal. ``profile``
+and ``train --profile`` end the same way (:func:`finish_profiled_run`): the training script's
+own output has passed through untouched, then the verdict of the run follows on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from workbench.errors import WorkbenchError
+
+COLOURS = {"critical": "red", "warning": "yellow", "info": "cyan"}
+
+
+def out():
+    """A rich console on stdout: the result."""
+    from rich.console import Console
+
+    return Console(file=sys.stdout, highlight=False)
+
+
+def err():
+    """A rich console on stderr: progress and notes."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def note(text: str) -> None:
+    """One line for the person at the terminal (rich markup allowed), on stderr."""
+    err().print(text)
+
+
+def error(text: str) -> None:
+    print(f"workbench: error: {text}", file=sys.stderr)
+
+
+def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = True, executor: str | None = None,
+                 bar: bool = False) -> dict:
+    """The ``workbench analyze --json`` document of a run: the cached one when nothing it was made
+    from changed (read without importing pandas), else analysed (a progress bar on stderr with
+    ``bar``) and cached."""
+    from workbench import cache as result_cache
+
+    doc = result_cache.cached_result(path) if cache else None
+    if doc is not None:
+        return doc
+    from workbench.verdict import analyze_run
+
+    def run(progress: Callable | None = None) -> dict:
+        a = analyze_run(path, progress=progress, workers=workers, cache=cache, executor=executor)
+        return json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
+
+    if bar:
+        from rich.progress import Progress
+
+        with Progress(console=err(), transient=True) as p:
+            task = p.add_task("reducing traces", total=None)
+            doc = run(lambda done, total, f: p.update(task, total=total, completed=done, description=f"reduced {Path(f).name}"))
+    else:
+        doc = run()
+    if cache:
+        result_cache.write_result(path, doc)
+    return doc
+
+
+def print_analysis(doc: dict, con=None) -> None:
+    """The verdict, from its ``--json`` document (fresh or cached), on stdout (or ``con``)."""
+    from rich.table import Table
+
+    con = con or out()
+    run, summary = doc["run"], doc["summary"]
+    categories = list(summary["breakdown_pct"])
+    con.print(f"[bold]{run['name']}[/]: {run['world_size']} rank(s), {run['device'] or 'unknown device'}, "
+              f"{summary['steps']} profiled step(s)")
+    for w in run["warnings"]:
+        con.print(f"[yellow]warning:[/] {w}")
+    t = Table(title="mean per step (ms)", title_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("step", justify="right")
+    for c in categories:
+        t.add_column(c, justify="right")
+    for row in summary["per_rank"]:
+        t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
+                  *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
+    con.print(t)
+    ahead = summary.get("host_ahead")
+    if ahead:
+        con.print(f"[cyan]note:[/] host_ahead: the GPU took {ahead['device_step_ms']:.1f} ms per step, the host "
+                  f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
+                  f"the loop); step times above are the GPU's")
+    for d in doc["diagnoses"]:
+        con.print(f"[{COLOURS[d['severity']]}]{d['severity'].upper():8}[/] [bold]{d['id']}[/]: {d['title']}")
+        con.print(f"         fix: {d['recommendation']}")
+        gain = d["estimated_gain"]
+        if gain.get("speedup_max"):
+            con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
+    _print_efficiency(doc.get("efficiency"), con)
+    con.print(f"[bold]verdict:[/] {doc['verdict']}")
+
+
+def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
+    """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes)."""
+    if not eff:
+        return
+    mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
+    mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device)"
+    if eff["mfu_bf16_pct"] is not None and eff["mfu_bf16_pct"] != eff["mfu_pct"]:
+        mfu += f" ({eff['mfu_bf16_pct']:.1f}% of the bf16 peak)"
+    flops, rate = eff["flops_per_step"], eff["achieved_tflops"] * 1e12
+    unit, scale = ("TFLOP", 1e12) if max(flops, rate) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
+    con.print(f"[bold]efficiency:[/] {flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s, {mfu}; "
+              f"FLOPs by dtype: {mix}")
+    if eff["classes"]:
+        parts = []
+        for c in eff["classes"][:top]:
+            peak = f", {c['pct_of_peak']:.0f}% of peak" if c["pct_of_peak"] is not None else ""
+            parts.append(f"{c['class']}/{c['subclass']} {c['time_pct']:.0f}%{peak}")
+        con.print(f"  kernel time: {' · '.join(parts)}")
+    if eff["other_kernels"]:
+        names = ", ".join(k["name"][:60] for k in eff["other_kernels"][:3])
+        con.print(f"  unclassified kernels ({len(eff['other_kernels'])}): {names}")
+
+
+def reporting_rank() -> bool:
+    """False on the ranks of a torchrun/srun job other than rank 0: rank 0 reports for the job."""
+    from workbench.capture.launcher import already_a_rank
+
+    return not already_a_rank() or os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
+def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
+    """The end of ``workbench profile`` and ``workbench train --profile``: where the run went
+    (stderr), its verdict (stdout), what to run next (stderr); returns the script's exit code.
+
+    The run is complete on disk: a Ctrl-C now only skips the verdict, and the exit code stays the
+    script's (or 128 + the signal that ended it)."""
+    if not reporting_rank():
+        return code
+    note(f"[bold]workbench[/]: run written to {run_dir} (exit code {code})")
+    if not analyze:
+        return code
+    try:
+        print_analysis(analysis_doc(run_dir))
+    except WorkbenchError as e:
+        note(f"[yellow]workbench: nothing to analyze: {e}[/]")
+        return code
+    except KeyboardInterrupt:
+        error(f"analysis interrupted; the run is kept: workbench analyze {run_dir}")
+        return code
+    except ImportError as e:  # a capture-only machine (e.g. a GPU image without msgspec or pandas)
+        error(f"no verdict here: analysis needs {e.name or e} (pip install workbench); the run is kept: "
+              f"workbench analyze {run_dir}")
+        return code
+    note(f"next: [bold]workbench analyze {run_dir}[/] · [bold]streamlit run app.py -- --traces {run_dir.parent}[/]")
+    return code
+
