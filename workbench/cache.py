@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import contract
+from workbench.discover import trace_files as _found_traces
 
 CACHE_DIR = ".workbench-cache"
 SUMMARY_VERSION = 1
@@ -24,11 +25,9 @@ TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 
 
 def trace_files(path: Path) -> list[Path]:
-    """The trace files of a run directory (``*.pt.trace.json[.gz]``), sorted."""
-    files: set[Path] = set()
-    for g in TRACE_GLOBS:
-        files.update(Path(path).glob(g))
-    return sorted(files)
+    """The trace files of a run directory (``*.pt.trace.json[.gz]``, and any other ``*.json[.gz]``
+    that holds a trace: workbench.discover), sorted."""
+    return _found_traces(path)
 
 
 def cache_dir(run_path: Path) -> Path:

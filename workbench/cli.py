@@ -28,6 +28,12 @@ EXAMPLES = {
   workbench analyze ./log/resnet --json          # a tensorboard_trace_handler directory
   workbench analyze runs/llm-256 --workers 16    # reduce 16 ranks' traces at a time
   workbench analyze runs/llm-256 --executor dask://scheduler:8786   # on a Dask cluster
+  workbench analyze hta_traces/ --peak-tflops 181 --peak-dtype bf16   # a device the peak table lacks
+
+A directory is read as a run when it holds Kineto/Chrome traces under any *.json[.gz] name
+(rank-0.json.gz, control.json.gz, trace.json ...); files that are not traces are skipped, and a
+warning names what was taken and skipped. Ranks come from distributedInfo, the file name, then
+file order. The device is resolved from its name or properties (README: the device table).
 
 Each rank's trace is reduced to the frames the rules read in a worker process; the results are
 cached in RUN/.workbench-cache (or ~/.cache/workbench when RUN is read-only), so opening the run
@@ -122,7 +128,8 @@ def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
     if not eff:
         return
     mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
-    mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device)"
+    mfu = (f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None
+           else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)")
     if eff["mfu_bf16_pct"] is not None and eff["mfu_bf16_pct"] != eff["mfu_pct"]:
         mfu += f" ({eff['mfu_bf16_pct']:.1f}% of the bf16 peak)"
     flops, rate = eff["flops_per_step"], eff["achieved_tflops"] * 1e12
@@ -150,9 +157,24 @@ def _positive(v: str) -> int:
     return n
 
 
+def _positive_float(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        x = 0.0
+    if not x > 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {v!r}")
+    return x
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from workbench import cache
 
+    from workbench.devices import peak_spec
+
+    args.peak = peak_spec(args.peak_tflops, args.peak_dtype)
+    if args.peak:  # a user's peak changes the figures: neither read nor write the cache
+        args.no_cache = True
     # a run opened before (same traces, CSVs, manifest and workbench) prints from the cache
     doc = None if args.no_cache else cache.cached_result(args.path)
     if doc is None:
@@ -173,7 +195,8 @@ def _analyze_doc(args: argparse.Namespace) -> dict:
     from workbench.verdict import analyze_run
 
     def run(progress=None) -> dict:
-        a = analyze_run(args.path, progress=progress, workers=args.workers, cache=not args.no_cache, executor=args.executor)
+        a = analyze_run(args.path, progress=progress, workers=args.workers, cache=not args.no_cache, executor=args.executor,
+                        peak=args.peak)
         return json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
 
     if args.json:
@@ -217,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_profile)
 
     an = sub.add_parser("analyze", help="verdict, evidence and fix for a run",
-                        description="Analyze a run directory, or a directory of *.pt.trace.json[.gz] files written "
-                                    "by torch.profiler.tensorboard_trace_handler (one per rank).",
+                        description="Analyze a run directory, or a directory of Kineto/Chrome traces under any "
+                                    "*.json[.gz] name (tensorboard_trace_handler, HTA, export_chrome_trace; one per rank).",
                         epilog=EXAMPLES["analyze"], formatter_class=fmt)
     an.add_argument("path", type=Path, help="run directory, trace directory or one trace file")
     an.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.analyze/1)")
@@ -228,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--executor", default=None, metavar="URL",
                     help="local (default) or dask://HOST:PORT: reduce the traces on that Dask cluster (its workers "
                          "must see the run at the same path; pip install 'workbench[cluster]')")
+    an.add_argument("--peak-tflops", type=_positive_float, default=None, metavar="X",
+                    help="the device's dense peak TFLOP/s for --peak-dtype: MFU for a device the peak table lacks "
+                         "(or a power-capped one); analyses without the cache")
+    an.add_argument("--peak-dtype", default="bf16", choices=("fp8", "bf16", "fp16", "tf32", "fp32", "fp64"),
+                    help="the dtype --peak-tflops is for (default bf16)")
     an.set_defaults(func=cmd_analyze)
 
     # Commands owned by other modules register themselves here (each imports torch lazily).

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from workbench import devices, discover
 from workbench.cache import CACHE_DIR, SUMMARY_VERSION, cache_dir, summary_key
 from workbench.errors import WorkbenchError
 from workbench.load.jobs import Candidate, span_s
@@ -93,6 +94,8 @@ class Params:
 
     device_name: str | None = None
     capacity_bytes: int | None = None
+    peak: str | None = None
+    """A user's peak, ``"400 bf16"`` (``workbench analyze --peak-tflops 400 --peak-dtype bf16``)."""
 
 
 def reduce_trace(path: Path | str, params: Params = Params()) -> RankSummary:
@@ -124,7 +127,8 @@ def summarize(trace: Trace, path: Path, params: Params = Params(), rank: int | N
     rank = rank_of(trace, path) if rank is None else rank
     windows = step_windows(trace)
     breakdown = step_breakdown(trace, rank)
-    device = params.device_name or (trace.devices[0].get("name") if trace.devices else None)
+    trace.devices = devices.labelled(trace.devices, params.peak)  # every rule reads the user's peak
+    device = devices.label(params.device_name, trace.devices[0] if trace.devices else None, params.peak)
     capacity = params.capacity_bytes or (int(trace.devices[0]["totalGlobalMem"])
                                          if trace.devices and trace.devices[0].get("totalGlobalMem") else None)
     frames = warm(trace, rank, windows, breakdown, device, capacity)
@@ -215,17 +219,18 @@ def parse_executor(spec: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------ loading
 
 def load_reduced(path: Path | str, workers: int | None = None, cache: bool = True, executor: str | None = None,
-                 progress: Callable[[int, int, Path], None] | None = None) -> Run:
+                 progress: Callable[[int, int, Path], None] | None = None, peak: str | None = None) -> Run:
     """The run at ``path`` with each rank as a :class:`RankSummary` (``Run.ranks[r].summary``).
 
     ``workers``: local worker processes (None: :func:`default_workers`, or this process alone for
     runs under PARALLEL_MIN_BYTES of trace files); ``executor``: a Dask
     scheduler address (``dask://host:port``) instead; ``cache``: read and write the summary
-    cache; ``progress(done, total, file)`` after each trace.
+    cache; ``progress(done, total, file)`` after each trace; ``peak``: a user's peak (Params.peak).
     """
     run, files = locate(path)
     params = Params(device_name=run.manifest.get("device_name"),
-                    capacity_bytes=int(run.manifest["device_memory_bytes"]) if run.manifest.get("device_memory_bytes") else None)
+                    capacity_bytes=int(run.manifest["device_memory_bytes"]) if run.manifest.get("device_memory_bytes") else None,
+                    peak=peak)
     key = _cache_key(Path(path), files, params)
     summaries = _read_cache(run.path, key) if cache and files else None
     if summaries is None:
@@ -243,7 +248,10 @@ def load_reduced(path: Path | str, workers: int | None = None, cache: bool = Tru
             _write_cache(run.path, key, summaries)
     elif progress:
         progress(len(files), len(files), files[-1])
-    for c in one_job(run, [Candidate(s.rank, s) for s in summaries]):
+    cands = [Candidate(s.rank, s) for s in summaries]
+    if note := discover.rank_by_order(cands):
+        run.warnings.append(note)
+    for c in one_job(run, cands):
         run.ranks[c.rank] = RankData(rank=c.rank, trace=None, summary=c.trace)
     return finish(run, Path(path))
 
@@ -251,7 +259,7 @@ def load_reduced(path: Path | str, workers: int | None = None, cache: bool = Tru
 # -------------------------------------------------------------------------------------------- cache
 
 def _cache_key(path: Path, files: list[Path], params: Params) -> dict[str, Any]:
-    return summary_key(path, files, [params.device_name, params.capacity_bytes])
+    return summary_key(path, files, [params.device_name, params.capacity_bytes] + ([params.peak] if params.peak else []))
 
 
 def _jsonable(v: Any) -> Any:

@@ -151,7 +151,7 @@ class Analysis:
         by_dtype = pd.concat([e.ops.groupby("dtype")["flops"].sum() for e in frames.values()]).groupby(level=0).sum()
         kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty] or [pd.DataFrame()], ignore_index=True)
         classes = class_breakdown(kernels, self.run.device_name) if not kernels.empty else pd.DataFrame()
-        peak = device_peak(self.run.device_name)
+        peak = device_peak(self.run.device_name) if not kernels.empty else None  # a CPU trace: no GPU peak
         return {
             "flops_per_step": num(steps["flops"].mean()),
             "achieved_tflops": num(steps["tflops_per_s"].mean()),
@@ -244,24 +244,26 @@ class Analysis:
 
 
 def analyze_run(path: Path | str | Run, progress=None, workers: int | None = None, cache: bool = True,
-                executor: str | None = None) -> Analysis:
+                executor: str | None = None, peak: str | None = None) -> Analysis:
     """Load (as per-rank summaries, :mod:`workbench.reduce`), analyse and diagnose a run.
 
     ``path``: a run directory, a bare trace directory or one trace file, or a :class:`Run` already
     loaded with its traces (reduced here, in this process). ``workers``, ``cache``, ``executor``:
-    see :func:`workbench.reduce.load_reduced`.
+    see :func:`workbench.reduce.load_reduced`. ``peak``: the user's peak for the device, ``"400 bf16"``
+    (workbench.devices.peak_spec), for a device the table lacks.
     """
     from workbench import reduce
 
     if isinstance(path, Run):
         run = path
         params = reduce.Params(device_name=run.manifest.get("device_name"),
-                               capacity_bytes=int(run.manifest["device_memory_bytes"]) if run.manifest.get("device_memory_bytes") else None)
+                               capacity_bytes=int(run.manifest["device_memory_bytes"]) if run.manifest.get("device_memory_bytes") else None,
+                               peak=peak)
         for r, d in run.ranks.items():
             if d.trace is not None and d.summary is None:
                 d.summary = reduce.summarize(d.trace, d.trace.path, params, rank=r)
     else:
-        run = reduce.load_reduced(path, workers=workers, cache=cache, executor=executor, progress=progress)
+        run = reduce.load_reduced(path, workers=workers, cache=cache, executor=executor, progress=progress, peak=peak)
     summaries = run.summaries
     if not summaries:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
