@@ -10,7 +10,8 @@ while the main thread is not waiting on data) is at least ``UNEXPLAINED_MIN_PCT`
 per-op launch cost sets the pace). Gain ≤ step_ms / (step_ms − (host + idle)_ms).
 
 ``host_sync``: ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` / ``cudaEventSynchronize``
-/ synchronous ``cudaMemcpy`` inside a step (``.item()``, ``.cpu()``, printing a tensor). After a
+/ synchronous ``cudaMemcpy`` (their ``hip*`` twins on ROCm) inside a step (``.item()``, ``.cpu()``,
+printing a tensor). After a
 sync the GPU queue is empty, so the GPU idles until the host launches the next kernel: the cost
 of each sync is the gap from its end to the next GPU event. Thresholds (share of step) as
 ``dataloader_stall`` (GPU idle caused by the host): info ≥ 5 %, warning ≥ 10 %, critical ≥ 20 %.
@@ -36,7 +37,8 @@ BUSY_CRITICAL_PCT = 25.0
 UNEXPLAINED_MIN_PCT = 25.0
 TINY_SHARE = 0.5
 SYNC_BANDS = ((5.0, "info"), (10.0, "warning"), (20.0, "critical"))
-SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+              "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream")
 PAGEABLE_BANDS = ((1.0, "info"), (5.0, "warning"), (20.0, "critical"))
 
 
