@@ -107,7 +107,7 @@ def why_not_a_trace(path: Path) -> str | None:
     except OSError as e:
         return f"unreadable: {e.strerror or e}"
     except (zlib.error, EOFError):
-        return "corrupt gzip data"
+        return "corrupt or truncated gzip data"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text:
         return "empty file"
@@ -145,7 +145,7 @@ def _head(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
             if not data:
                 data = f.read(limit)
                 if not data:
-                    break
+                    raise EOFError("the gzip stream ends early")  # a truncated (or not a) gzip file
             out += d.decompress(data, limit - len(out))
             data = d.unconsumed_tail
             if d.eof:
