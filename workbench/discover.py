@@ -101,25 +101,43 @@ def trace_files(path: Path | str) -> list[Path]:
 
 
 def why_not_a_trace(path: Path) -> str | None:
-    """None when the start of ``path``'s text is a Kineto/Chrome trace, else why it is not one."""
+    """None when the start of ``path``'s text is a Kineto/Chrome trace, else why it is not one.
+    Reads only until that is clear (Kineto's header is a few KB), at most SNIFF_BYTES."""
+    text = b""
     try:
-        head, whole = _head(path)
+        for piece, whole in _pieces(path):
+            text += piece
+            verdict = _verdict(text.lstrip(_SPACE), whole)
+            if verdict is not _UNDECIDED:
+                return verdict
     except OSError as e:
         return f"unreadable: {e.strerror or e}"
     except (zlib.error, EOFError):
         return "corrupt or truncated gzip data"
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return _verdict(text.lstrip(_SPACE), True, final=True)
+
+
+_SPACE = b"\xef\xbb\xbf \t\r\n"
+_UNDECIDED = object()
+
+
+def _verdict(text: bytes, whole: bool, final: bool = False):
+    """The verdict on the text read so far (``whole``: all of the file's), or _UNDECIDED while more
+    text could change it."""
+    done = whole or final or len(text) >= SNIFF_BYTES
     if not text:
-        return "empty file"
+        return "empty file" if done else _UNDECIDED
     if text[:1] == b"[":
         if _EVENT_PH.search(text[:65536]):
             return None
-        return "a JSON array without trace events (\"ph\")"
+        return 'a JSON array without trace events ("ph")' if done or len(text) >= 65536 else _UNDECIDED
     if text[:1] != b"{":
         return "not JSON"
     m = _EVENTS_KEY.search(text)
     if m and _top_level(text[: m.start()]):
         return None
+    if not done:
+        return _UNDECIDED
     if re.search(rb'"nodes"\s*:\s*\[', text) and b'"schema"' in text:
         return "a PyTorch execution trace (nodes), not a Kineto trace"
     return f"no traceEvents{'' if whole else ' in its first MiB'}: not a Kineto/Chrome trace"
@@ -133,24 +151,37 @@ def _top_level(prefix: bytes) -> bool:
         return False
 
 
-def _head(path: Path, limit: int = SNIFF_BYTES) -> tuple[bytes, bool]:
-    """The first ``limit`` bytes of the file's (decompressed) text, and whether that is all of it."""
+PIECE_BYTES = 64 << 10
+
+
+def _pieces(path: Path, limit: int = SNIFF_BYTES):
+    """The file's (decompressed) text in pieces of at most PIECE_BYTES, up to ``limit`` bytes in
+    all, each with whether the file's text ends there."""
     with open(path, "rb") as f:
-        data = f.read(limit)
+        data = f.read(PIECE_BYTES)
         if data[:2] != b"\x1f\x8b":
-            return data, len(data) < limit or not f.read(1)
+            size = 0
+            while data and size < limit:
+                nxt = f.read(PIECE_BYTES)
+                size += len(data)
+                yield data, not nxt
+                data = nxt
+            return
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out = b""
-        while len(out) < limit:
+        size = 0
+        while size < limit:
             if not data:
-                data = f.read(limit)
+                data = f.read(PIECE_BYTES)
                 if not data:
                     raise EOFError("the gzip stream ends early")  # a truncated (or not a) gzip file
-            out += d.decompress(data, limit - len(out))
+            out = d.decompress(data, PIECE_BYTES)
             data = d.unconsumed_tail
+            size += len(out)
+            ended = d.eof and not d.unused_data.strip(b"\0")
+            if out or ended:
+                yield out, ended
             if d.eof:
-                break
-        return out, d.eof and not d.unused_data.strip(b"\0") and len(out) < limit
+                return
 
 
 def rank_from_name(name: str) -> int | None:
