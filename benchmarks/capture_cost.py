@@ -8,10 +8,10 @@ unprofiled steps' median **of the same run** (``manifest.json`` ``capture_overhe
 unprofiled median against the script alone, the trace export's pause, the trace's size, and the
 script's own timer over the recorded and the unprofiled steps where the script prints one.
 
-    python benchmarks/capture_cost.py --json benchmarks/results/capture_cost_cpu.json \\
+    python -m benchmarks.capture_cost --json benchmarks/results/capture_cost_cpu.json \\
         -- tests/scripts/self_timed.py --steps 60
     # nanoGPT's train.py on a GPU (its timer: "iter N: loss …, time X ms, mfu …"):
-    python benchmarks/capture_cost.py --cwd corpus/nanogpt --timer 'iter (\\d+):.*time ([\\d.]+)ms' \\
+    python -m benchmarks.capture_cost --cwd corpus/nanogpt --timer 'iter (\\d+):.*time ([\\d.]+)ms' \\
         --json $OUT/capture_cost_gpu.json -- train.py --compile=False --max_iters=30 …
 
 Variants run in turn, ``--rounds`` times each (interleaved), so slow drift of a shared machine

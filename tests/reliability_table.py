@@ -149,6 +149,11 @@ HOSTILE: dict[str, tuple[str, object]] = {
                               lambda d: _edited_events(d, _overlapping)),
     "newer_schema_version": ("the run with `schema_version: 999` in its manifest", _newer_schema),
     "manifest_not_json": ("the run with `manifest.json` = `{oops`", lambda d: _manifest(d, "{oops")),
+    "renamed_traces": ("the run's traces as HTA names them (`rank-0.json.gz`, `rank-1.json.gz`) beside a `notes.json`",
+                       lambda d: ([_copy(d, REAL_RUN, r, f"rank-{r}.json.gz") for r in (0, 1)],
+                                  (d / "notes.json").write_text('{"lr": 0.1}'))),
+    "only_foreign_json": ("no trace: a `config.json` and a `trace.json.gz` that is not gzip",
+                          lambda d: ((d / "config.json").write_text("{}"), (d / "trace.json.gz").write_bytes(b"\x1f\x8bnot gzip"))),
 }
 
 

@@ -209,7 +209,9 @@ def test_efficiency_page_on_a_gpu_run(monkeypatch):
     assert m["FLOPs per step"] == f"{eff['flops_per_step'] / 1e12:,.2f} TFLOP"
     assert m["Achieved"] == f"{eff['achieved_tflops']:,.1f} TFLOP/s"
     t = texts(at)
-    assert "tf32 99.6%" in t  # the dtype mix: cuDNN ran the fp32 convs on tensor cores
+    # the dtype mix: cuDNN ran the fp32 convs on tensor cores, but one weight gradient in its
+    # non-tensor-core wgrad_alg0_engine<float> (fp32 on CUDA cores since issue 17; 99.6% tf32 before)
+    assert "tf32 99.2%, fp32 0.8%" in t
     # the run's efficiency diagnoses, with their evidence; not the memory rule
     for rid in ("low_mfu", "layout_conversion", "fp32_matmul", "unfused_elementwise"):
         assert f"**{rid}**" in t

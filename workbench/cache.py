@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 CACHE_DIR = ".workbench-cache"
 RESULT = "analysis.json"  # the last --json document, beside the summaries
 INDEX = "index.json"
-SOURCES = ("kineto.py", "contract.py", "peaks.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
+SOURCES = ("kineto.py", "contract.py", "peaks.py", "devices.py", "discover.py", "overhead.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
            "load", "analysis", "diagnose")
 """The code that computes frames and rules (paths in the workbench package): its hash is part of
 the key. tests/test_imports.py checks that everything ``workbench.verdict`` imports is here."""

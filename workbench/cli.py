@@ -29,6 +29,12 @@ EXAMPLES = {
   workbench analyze ./log/resnet --json          # a tensorboard_trace_handler directory
   workbench analyze runs/llm-256 --workers 16    # reduce 16 ranks' traces at a time
   workbench analyze runs/llm-256 --executor dask://scheduler:8786   # on a Dask cluster
+  workbench analyze hta_traces/ --peak-tflops 181 --peak-dtype bf16   # a device the peak table lacks
+
+A directory is read as a run when it holds Kineto/Chrome traces under any *.json[.gz] name
+(rank-0.json.gz, control.json.gz, trace.json ...); files that are not traces are skipped, and a
+warning names what was taken and skipped. Ranks come from distributedInfo, the file name, then
+file order. The device is resolved from its name or properties (README: the device table).
 
 Each rank's trace is reduced to the frames the rules read in a worker process; the results are
 cached in RUN/.workbench-cache (or ~/.cache/workbench when RUN is read-only), so opening the run
@@ -47,6 +53,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)
 
 
+def _positive_float(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        x = 0.0
+    if not x > 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {v!r}")
+    return x
+
+
 def _positive(v: str) -> int:
     try:
         n = int(v)
@@ -59,9 +75,11 @@ def _positive(v: str) -> int:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from workbench.console import analysis_doc, print_analysis
+    from workbench.devices import peak_spec
 
     # a run opened before (same traces, CSVs, manifest and workbench code) prints from the cache
-    doc = analysis_doc(args.path, workers=args.workers, cache=not args.no_cache, executor=args.executor, bar=not args.json)
+    doc = analysis_doc(args.path, workers=args.workers, cache=not args.no_cache, executor=args.executor, bar=not args.json,
+                       peak=peak_spec(args.peak_tflops, args.peak_dtype))
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -100,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_profile)
 
     an = sub.add_parser("analyze", help="verdict, evidence and fix for a run",
-                        description="Analyze a run directory, or a directory of *.pt.trace.json[.gz] files written "
-                                    "by torch.profiler.tensorboard_trace_handler (one per rank).",
+                        description="Analyze a run directory, a directory of traces (any *.json[.gz] name: "
+                                    "tensorboard_trace_handler's, HTA's, export_chrome_trace's; one per rank) or one trace.",
                         epilog=EXAMPLES["analyze"], formatter_class=fmt)
     an.add_argument("path", type=Path, help="run directory, trace directory or one trace file")
     an.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.analyze/1)")
@@ -111,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--executor", default=None, metavar="URL",
                     help="local (default) or dask://HOST:PORT: reduce the traces on that Dask cluster (its workers "
                          "must see the run at the same path; pip install 'workbench[cluster]')")
+    an.add_argument("--peak-tflops", type=_positive_float, default=None, metavar="X",
+                    help="the device's dense peak TFLOP/s for --peak-dtype: MFU for a device the peak table lacks "
+                         "(or a power-capped one); analyses without the cache")
+    an.add_argument("--peak-dtype", default="bf16", choices=("fp8", "bf16", "fp16", "tf32", "fp32", "fp64"),
+                    help="the dtype --peak-tflops is for (default bf16)")
     an.set_defaults(func=cmd_analyze)
 
     # Commands owned by other modules register themselves here (each imports torch lazily).

@@ -43,11 +43,14 @@ def error(text: str) -> None:
 
 
 def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = True, executor: str | None = None,
-                 bar: bool = False) -> dict:
+                 bar: bool = False, peak: str | None = None) -> dict:
     """The ``workbench analyze --json`` document of a run: the cached one when nothing it was made
     from changed (read without importing pandas), else analysed (a progress bar on stderr with
-    ``bar``) and cached."""
+    ``bar``) and cached. ``peak``: a user's peak (workbench.devices.peak_spec): it changes the
+    figures, so the cache is neither read nor written."""
     from workbench import cache as result_cache
+
+    cache = cache and not peak
 
     doc = result_cache.cached_result(path) if cache else None
     if doc is not None:
@@ -55,7 +58,7 @@ def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = 
     from workbench.verdict import analyze_run
 
     def run(progress: Callable | None = None) -> dict:
-        a = analyze_run(path, progress=progress, workers=workers, cache=cache, executor=executor)
+        a = analyze_run(path, progress=progress, workers=workers, cache=cache, executor=executor, peak=peak)
         return json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
 
     if bar:
@@ -111,7 +114,7 @@ def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
     if not eff:
         return
     mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
-    mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device)"
+    mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
     if eff["mfu_bf16_pct"] is not None and eff["mfu_bf16_pct"] != eff["mfu_pct"]:
         mfu += f" ({eff['mfu_bf16_pct']:.1f}% of the bf16 peak)"
     flops, rate = eff["flops_per_step"], eff["achieved_tflops"] * 1e12

@@ -29,11 +29,11 @@ RANK_FILE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
 
 
 def trace_files(path: Path) -> list[Path]:
-    """The trace files of a run directory (``*.pt.trace.json[.gz]``), sorted."""
-    files: set[Path] = set()
-    for g in TRACE_GLOBS:
-        files.update(Path(path).glob(g))
-    return sorted(files)
+    """The trace files of a run directory: ``*.pt.trace.json[.gz]`` and any other ``*.json[.gz]``
+    that holds a trace (:func:`workbench.discover.trace_files`), sorted."""
+    from workbench.discover import trace_files as found
+
+    return found(path)
 
 
 # ---- event kinds (``ph``) and instant events ----------------------------------------------------
@@ -64,7 +64,8 @@ DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 """The main process waiting for the next batch (DataLoader workers are not traced)."""
 BACKWARD_NODE = "autograd::engine::evaluate_function"
 OPTIMIZER_STEP = "Optimizer.step#"
-SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+              "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream")
 """Host calls that wait for the GPU (``.item()``, ``.cpu()``, printing a tensor end in one)."""
 ITEM = "aten::item"
 PAGEABLE = "Pageable"

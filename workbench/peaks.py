@@ -1,57 +1,62 @@
 """Dense peak FLOP/s per device and dtype, and HBM bandwidth: the denominators of MFU (PaLM,
-Chowdhery et al. 2022, appendix B) and of the kernel-class roofline. Vendor datasheet figures
-without sparsity (NVIDIA quotes tensor-core figures "with sparsity": the dense figure is half).
-bf16/fp16 on H100/H200 SXM stay at 989 TFLOP/s, the figure torchtitan uses (datasheet 1,979
-sparse). ``fp32`` is the SIMT (CUDA-core) peak, ``tf32`` the tensor-core one for fp32 inputs.
+Chowdhery et al. 2022, appendix B) and of the kernel-class roofline. The table, its datasheet
+sources and how a trace's device is resolved live in :mod:`workbench.devices`; this module is what
+the analysis, the engine and the app call with a device name. ``fp32`` is the SIMT (CUDA-core)
+peak on NVIDIA (the MFMA fp32 figure on AMD), ``tf32`` the tensor-core one for fp32 inputs.
 Torch-free: the engine, the app, the analysis and the benchmarks share it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32")
+from workbench import devices
+
+DTYPES = devices.DTYPES
 
 
 @dataclass(frozen=True, slots=True)
 class DevicePeak:
     tflops: dict[str, float]
     """dtype (one of DTYPES) → dense TFLOP/s; a dtype the device lacks (fp8 before Hopper/Ada) is absent."""
-    hbm_tb_s: float
-    """Memory bandwidth, TB/s (10^12 bytes/s)."""
+    hbm_tb_s: float | None
+    """Memory bandwidth, TB/s (10^12 bytes/s); None for a peak the user gave (``--peak-tflops``)."""
     source: str
+    """The table row and its datasheet (workbench.devices.GPUS), or the user's option."""
 
 
-_H100_SXM = {"fp8": 1979.0, "bf16": 989.0, "fp16": 989.0, "tf32": 494.5, "fp32": 67.0}
-_A100 = {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}
-DEVICES: dict[str, DevicePeak] = {
-    "H200": DevicePeak(_H100_SXM, 4.8, "NVIDIA H200 Tensor Core GPU datasheet (SXM; same compute as H100 SXM)"),
-    "H100": DevicePeak(_H100_SXM, 3.35, "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
-    "H100 PCIe": DevicePeak({"fp8": 1513.0, "bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}, 2.0,
-                            "NVIDIA H100 Tensor Core GPU datasheet (PCIe)"),
-    "A100": DevicePeak(_A100, 1.555, "NVIDIA A100 Tensor Core GPU datasheet (40GB; the 80GB parts below)"),
-    "A100-SXM4-80GB": DevicePeak(_A100, 2.039, "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)"),
-    "A100 80GB PCIe": DevicePeak(_A100, 1.935, "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)"),
-    "L40S": DevicePeak({"fp8": 733.0, "bf16": 362.05, "fp16": 362.05, "tf32": 183.0, "fp32": 91.6}, 0.864,
-                       "NVIDIA L40S datasheet"),
-    "L4": DevicePeak({"fp8": 242.5, "bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}, 0.3, "NVIDIA L4 datasheet"),
-    "A10": DevicePeak({"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2}, 0.6, "NVIDIA A10 datasheet"),
-}
-PEAK_TFLOPS = {k: v.tflops["bf16"] for k, v in DEVICES.items()}
+def _peak(g: devices.Gpu) -> DevicePeak:
+    return DevicePeak(dict(g.tflops), g.hbm_tb_s, f"{g.key}: {g.source}")
+
+
+DEVICES: dict[str, DevicePeak] = {g.key: _peak(g) for g in devices.GPUS}
+PEAK_TFLOPS = {k: v.tflops["bf16"] for k, v in DEVICES.items() if "bf16" in v.tflops}
 """Dense bf16 TFLOP/s per device (the table before dtypes; kept for its callers)."""
 
 
 def device_peak(device_name: str | None) -> DevicePeak | None:
-    """The entry of the longest table key found in ``device_name`` ("NVIDIA H100 PCIe" → "H100
-    PCIe", "NVIDIA H100 80GB HBM3" → "H100"); None when unknown or CPU."""
+    """The peaks of the device ``device_name`` names (a name torch reports, an alias traces carry,
+    or a row of workbench.devices; see :func:`workbench.devices.label`), with a user's peak
+    (``--peak-tflops X --peak-dtype D``) carried on the name applied: it replaces the table's D
+    figure, and on a device the table lacks it is the figure for every dtype (one number, as
+    nanoGPT's MFU takes one); None when unknown or CPU."""
     if not device_name:
         return None
-    key = next((k for k in sorted(DEVICES, key=len, reverse=True) if k in device_name), None)
-    return DEVICES[key] if key else None
+    found = devices.resolve(device_name)
+    given = devices.user_peak(device_name)
+    if given is None:
+        return _peak(found.gpu) if found else None
+    tflops, dtype = given
+    if found is None:
+        return DevicePeak(dict.fromkeys(DTYPES, tflops), None,
+                          f"--peak-tflops {tflops:g} (given for {dtype}; used for every dtype: the device has no table row)")
+    base = _peak(found.gpu)
+    return DevicePeak({**base.tflops, dtype: tflops}, base.hbm_tb_s,
+                      f"--peak-tflops {tflops:g} {dtype} (given); other figures {base.source}")
 
 
 def hbm_bytes_per_s(device_name: str | None) -> float | None:
     peak = device_peak(device_name)
-    return peak.hbm_tb_s * 1e12 if peak else None
+    return peak.hbm_tb_s * 1e12 if peak and peak.hbm_tb_s else None
 
 
 def peak_flops(device_name: str | None, dtype: str = "bf16") -> float | None:

@@ -29,7 +29,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from workbench import cache as _cache
+from workbench import cache as _cache, discover
 from workbench.analysis.frames import Frame, Params, RankFrames, RankSummary
 from workbench.errors import WorkbenchError
 from workbench.load.jobs import Candidate
@@ -145,17 +145,18 @@ def parse_executor(spec: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------ loading
 
 def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None = None, cache: bool = True,
-                 executor: str | None = None, progress: Callable[[int, int, Path], None] | None = None) -> Run:
+                 executor: str | None = None, progress: Callable[[int, int, Path], None] | None = None,
+                 peak: str | None = None) -> Run:
     """The run at ``path`` with each rank reduced to ``frames`` (``Run.ranks[r].summary``, a
     :class:`~workbench.analysis.frames.RankSummary`).
 
     ``workers``: local worker processes (None: :func:`default_workers`, or this process alone for
     runs under PARALLEL_MIN_BYTES of trace files); ``executor``: a Dask scheduler address
     (``dask://host:port``) instead; ``cache``: read and write the run's cache; ``progress(done,
-    total, file)`` after each trace.
+    total, file)`` after each trace; ``peak``: a user's peak (``Params.peak``).
     """
     run, files = locate(path)
-    params = Params.of_manifest(run.manifest)
+    params = Params.of_manifest(run.manifest, peak)
 
     def compute() -> list[RankSummary]:
         address = parse_executor(executor)
@@ -173,7 +174,10 @@ def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None 
     summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache and bool(files))
     if hit and progress:
         progress(len(files), len(files), files[-1])
-    for c in one_job(run, [Candidate(s.rank, s) for s in summaries]):
+    cands = [Candidate(s.rank, s) for s in summaries]
+    if note := discover.rank_by_order(cands):
+        run.warnings.append(note)
+    for c in one_job(run, cands):
         run.ranks[c.rank] = RankData(rank=c.rank, trace=None, summary=c.trace)
     return finish(run, Path(path))
 

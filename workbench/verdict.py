@@ -155,7 +155,7 @@ class Analysis:
         by_dtype = pd.concat([e.ops.groupby("dtype")["flops"].sum() for e in frames.values()]).groupby(level=0).sum()
         kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty] or [pd.DataFrame()], ignore_index=True)
         classes = class_breakdown(kernels, self.run.device_name) if not kernels.empty else pd.DataFrame()
-        peak = device_peak(self.run.device_name)
+        peak = device_peak(self.run.device_name) if not kernels.empty else None  # a CPU trace: no GPU peak
         return {
             "flops_per_step": num(steps["flops"].mean()),
             "achieved_tflops": num(steps["tflops_per_s"].mean()),
@@ -248,21 +248,23 @@ class Analysis:
 
 
 def analyze_run(path: Path | str | Run, progress=None, workers: int | None = None, cache: bool = True,
-                executor: str | None = None) -> Analysis:
+                executor: str | None = None, peak: str | None = None) -> Analysis:
     """Load a run, reduce each rank to the frames its analysis reads (:data:`READS`, by
     :mod:`workbench.reduce`), and run the rules on them.
 
     ``path``: a run directory, a bare trace directory or one trace file, or a :class:`Run` already
     loaded with its traces (their frames are then computed here, as the rules ask). ``workers``,
-    ``cache``, ``executor``: see :func:`workbench.reduce.load_reduced`.
+    ``cache``, ``executor``: see :func:`workbench.reduce.load_reduced`. ``peak``: the user's peak
+    for the device, ``"400 bf16"`` (workbench.devices.peak_spec), for a device the table lacks.
     """
     if isinstance(path, Run):
         run = path
-        params = Params.of_manifest(run.manifest)
+        params = Params.of_manifest(run.manifest, peak)
         ranks = {r: RankFrames.of_trace(t, r, params) for r, t in run.traces.items()}
     else:
-        run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress)
-        params = Params.of_manifest(run.manifest)
+        run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress,
+                                  peak=peak)
+        params = Params.of_manifest(run.manifest, peak)
         ranks = {r: s.rank_frames(params) for r, s in run.summaries.items()}
     if not ranks:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
+from workbench import devices
 from workbench.analysis.comm import collective_calls, collective_inventory, comm_overlap
 from workbench.analysis.kernel_classes import Efficiency, compact, efficiency
 from workbench.analysis.kernels import device_busy
@@ -52,11 +53,14 @@ class Params:
 
     device_name: str | None = None
     capacity_bytes: int | None = None
+    peak: str | None = None
+    """A user's peak, ``"400 bf16"`` (``workbench analyze --peak-tflops 400 --peak-dtype bf16``,
+    workbench.devices.peak_spec), for a device the table lacks."""
 
     @classmethod
-    def of_manifest(cls, manifest: dict) -> Params:
+    def of_manifest(cls, manifest: dict, peak: str | None = None) -> Params:
         cap = manifest.get("device_memory_bytes")
-        return cls(device_name=manifest.get("device_name"), capacity_bytes=int(cap) if cap else None)
+        return cls(device_name=manifest.get("device_name"), capacity_bytes=int(cap) if cap else None, peak=peak)
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +101,8 @@ class RankFrames:
 
     @classmethod
     def of_trace(cls, trace: Trace, rank: int, params: Params = Params()) -> RankFrames:
+        if params.peak:  # every reader of the trace's devices sees the user's peak
+            trace.devices = devices.labelled(trace.devices, params.peak)
         return cls(rank, trace, params, trace=trace)
 
     @property
@@ -114,8 +120,9 @@ class RankFrames:
         return self.info.devices or []
 
     def device_name(self) -> str | None:
-        """The run's device (manifest), else the trace's ``deviceProperties``."""
-        return self.params.device_name or (self.devices[0].get("name") if self.devices else None)
+        """The run's device (manifest), else the trace's ``deviceProperties``, as the analysis
+        names it (workbench.devices.label: the resolved GPU, the user's peak)."""
+        return devices.label(self.params.device_name, self.devices[0] if self.devices else None, self.params.peak)
 
     def capacity_bytes(self) -> int | None:
         """The device's memory (manifest), else the trace's ``totalGlobalMem``."""

@@ -10,7 +10,8 @@ Classes (``CLASSES``), with the subclass that ``class_breakdown`` splits them by
 
 - ``gemm_tensor_core`` — GEMM/conv on tensor cores; subclass the dtype (bf16, fp16, fp8, tf32;
   an fp32 op on tensor cores ran tf32)
-- ``gemm_simt`` — GEMM/conv on CUDA cores (fp32 ``ffma``/``simt``/``sgemm``, gemv); subclass fp32/fp64
+- ``gemm_simt`` — GEMM/conv on CUDA cores (fp32 ``ffma``/``simt``/``sgemm``, gemv), and AMD's fp32/fp64
+  GEMMs and convolutions (held to the MFMA fp32 figure); subclass fp32/fp64
 - ``attention`` — fused attention kernels and all kernels of an attention op; subclass flash,
   mem_efficient, cudnn, or math (an SDPA op that ran unfused kernels)
 - ``elementwise`` — pointwise kernels; subclass cast (dtype conversions), mixed_dtype (an op that
@@ -23,6 +24,9 @@ Classes (``CLASSES``), with the subclass that ``class_breakdown`` splits them by
   memset, copy, layout (NCHW↔NHWC, transposes)
 - ``communication`` — NCCL and other collective kernels
 - ``other`` — anything else, by name
+
+ROCm's libraries (Tensile/hipBLASLt ``Cijk_*``, MIOpen, CK/aotriton attention, rocPRIM, the HIP
+runtime's copy kernels) are named in :mod:`workbench.analysis.rocm_kernels`, asked first.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.flops import gpu_launches, op_flops, step_flops
+from workbench.analysis.rocm_kernels import classify_rocm
 from workbench.analysis.steps import step_windows
 from workbench.kineto import COMM_KERNEL
 from workbench.load.trace import Trace
@@ -48,31 +53,47 @@ CLASS_COLUMNS = ["class", "subclass", "kernels", "time_ms", "time_pct", "flops",
                  "bound", "pct_of_peak"]
 
 _I = re.IGNORECASE
-ATTENTION = re.compile(r"flash|fmha|sdpa|attention|attn|PyTorchMemEffAttention", _I)
+ATTENTION = re.compile(r"flash|fmha|sdpa|attention|attn|PyTorchMemEffAttention|sage_(?:fwd|bwd)", _I)
 LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|transpose|permute|tensorTransform", _I)
-GEMM = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hmma|gemv|splitKreduce|triton_tem|matmul", _I)
-CONV = re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|winograd|im2col|col2im|fft2d", _I)
-SIMT = re.compile(r"simt|ffma|sgemm|dgemm|gemv|gemmSN|gemmk1|dot_kernel", _I)
+GEMM = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hmma|gemv|splitKreduce|triton_tem|matmul|^bmm_", _I)
+CONV = re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|winograd|im2col|col2im|fft[12]d|scudnn|flip_filter"
+                  r"|pointwise_mult_and_sum_complex|computeB?OffsetsKernel", _I)
+# fp32 on CUDA cores; also Volta/Turing cuDNN's fp32 kernels: volta_scudnn_*, the templated
+# dgrad/wgrad engines on float, the FFT convolution's complex GEMMs (cgemm)
+SIMT = re.compile(r"simt|ffma|sgemm|dgemm|gemv|gemmSN|gemmk1|dot_kernel|scudnn|[cz]gemm|_engine<float|fft[12]d|flip_filter"
+                  r"|pointwise_mult_and_sum_complex", _I)
 TENSOR_CORE = re.compile(r"tensorop|wgmma|hmma|imma|gmma|nvjet|tf32|bf16|f16|e4m3|e5m2|fp8|[hs]1688|[hs]16816", _I)
 NAME_DTYPES = ((re.compile(r"e4m3|e5m2|fp8", _I), "fp8"), (re.compile(r"bf16|bfloat16", _I), "bf16"),
                (re.compile(r"tf32", _I), "tf32"), (re.compile(r"f16|fp16|half|h1688|h16816|hgemm", _I), "fp16"),
+               # CUTLASS names the accumulator first: s1688 with no input type after it is fp32 inputs on
+               # tensor cores, i.e. TF32 (sm80+); "_f16"/"bf16" inputs matched above
+               (re.compile(r"tensorop_s(?:1688|16816)", _I), "tf32"),
                (re.compile(r"dgemm|f64|double", _I), "fp64"))
 NORMALIZATION = re.compile(r"layer_?norm|GammaBetaBackward|rms_?norm|group_?norm|batch_?norm|bn_(fw|bw)|cudnn::bn_"
-                           r"|RowwiseMoments|ComputeFusedParams|instance_?norm|welford", _I)
+                           r"|RowwiseMoments|ComputeFusedParams|instance_?norm|welford"
+                           r"|ComputeInternalGradients|ComputeBackwardFusedParams|cuComputePartGradGammaBeta"
+                           r"|cuComputeGradGammaBeta|cuComputeGradInput|cuApplyLayerNorm|MIOpenLRN", _I)
+POOLING = re.compile(r"max_?pool|avg_?pool|adaptive_?(?:avg|max|average)|pooling_(?:fw|bw)|MaxPool|AvgPool", _I)
 SOFTMAX = re.compile(r"softmax", _I)
 OPTIMIZER = re.compile(r"multi_tensor_apply|fused_?adam|FusedSgd|adam_|lamb_", _I)
-REDUCTION = re.compile(r"reduce|nll_loss|cross_entropy|lpnorm|norm_kernel|argmax|argmin|triton_red|triton_per", _I)
+REDUCTION = re.compile(r"reduce|nll_loss|ClassNLLCriterion|cross_entropy|lpnorm|norm_kernel|argmax|argmin|triton_red|triton_per", _I)
 INDEXING = re.compile(r"gather|scatter|(?<!with_)index|embedding|radix_?sort|DeviceScan|DeviceSelect|unique|segment"
-                      r"|compute_grad_weight|nonzero|topk|masked_|DeviceCompact", _I)
-CAST = re.compile(r"bfloat16_copy_kernel|float8_copy|_to_copy", _I)
-COPY = re.compile(r"copy|CatArray|chunk_cat|cat_|split_with_sizes|stack", _I)
+                      r"|compute_grad_weight|nonzero|topk|masked_|DeviceCompact|bounds_check|searchsorted"
+                      r"|to_dense_representation|compute_cuda_kernel|repeat_interleave|moe\W.*routing|routingIndices", _I)
+CAST = re.compile(r"bfloat16_copy_kernel|float8_copy|_to_copy|fp8_quant|quant_kernel", _I)
+COPY = re.compile(r"copy|CatArray|chunk_cat|cat_|split_with_sizes|stack|kv_?cache", _I)
 ELEMENTWISE = re.compile(r"elementwise|Functor|triton_poi|gelu|silu|relu|threshold|fill|dropout|clamp|pow_|sqrt"
-                         r"|where|mse|arange|philox|bernoulli|distribution", _I)
+                         r"|where|mse|arange|philox|bernoulli|distribution|scalePackedTensor"
+                         # Inductor before torch 2.1 named its fused pointwise/reduction kernels triton__<signature>
+                         r"|^triton__\d", _I)
 
 
 @lru_cache(maxsize=65536)
 def classify(name: str, cat: str = "kernel") -> tuple[str, str, str]:
     """(class, subclass, dtype stated by the name or "") of one GPU event, from its name and category."""
+    rocm = classify_rocm(name)
+    if rocm is not None:
+        return rocm
     if cat in ("gpu_memset", "Memset") or name.startswith("Memset"):
         return "copy", "memset", ""
     if cat in ("gpu_memcpy", "Memcpy") or name.startswith("Memcpy"):
@@ -96,6 +117,8 @@ def classify(name: str, cat: str = "kernel") -> tuple[str, str, str]:
         return "gemm_tensor_core", "unknown", ""  # the launching op decides (see kernel_table)
     if SOFTMAX.search(name):
         return "normalization", "softmax", ""
+    if POOLING.search(name):
+        return "reduction", "pooling", ""
     if NORMALIZATION.search(name):
         return "normalization", "norm", ""
     if OPTIMIZER.search(name):
@@ -166,11 +189,15 @@ def kernel_table(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
         hit = main["cls"].notna().to_numpy()
         idx = np.flatnonzero(vague)[hit]
         cls[idx], dtype[idx] = main["cls"].to_numpy()[hit], main["dtype"].to_numpy()[hit]
-    # the name did not say the dtype: take the op's (an fp32 op on tensor cores ran tf32)
+    # the name did not say the dtype: take the op's (an fp32 op on tensor cores ran tf32; on AMD's
+    # matrix cores, subclass "mfma", it ran fp32: the fp32 path)
     fill = (dtype == "") & has_op & np.isin(cls, COMPUTE_CLASSES)
     tc = cls == "gemm_tensor_core"
     dtype[fill] = op_dtype[fill]
-    dtype[fill & tc & (dtype == "fp32")] = "tf32"
+    mfma_fp32 = fill & tc & (sub == "mfma") & np.isin(dtype, ("fp32", "fp64"))
+    dtype[fill & tc & (dtype == "fp32") & ~mfma_fp32] = "tf32"
+    cls[mfma_fp32] = "gemm_simt"
+    tc = cls == "gemm_tensor_core"
     sub[tc] = np.where(dtype[tc] == "", "unknown", dtype[tc])
     simt = cls == "gemm_simt"
     sub[simt] = np.where(np.isin(dtype[simt], ("fp64",)), "fp64", "fp32")
@@ -236,7 +263,7 @@ def class_breakdown(kernels: pd.DataFrame, device_name: str | None) -> pd.DataFr
         pct = None
         if bound == "compute" and flops > 0 and peak and g.loc[g["flops"] > 0, "ideal_s"].notna().all():
             pct = 100.0 * g["ideal_s"].sum() / secs
-        elif bound == "memory" and nbytes > 0 and peak:
+        elif bound == "memory" and nbytes > 0 and peak and peak.hbm_tb_s:
             traffic = nbytes * (2 if s == "memcpy_dtod" else 1)
             pct = 100.0 * traffic / secs / (peak.hbm_tb_s * 1e12)
         rows.append({"class": c, "subclass": s, "kernels": calls(g), "time_ms": secs * 1e3,
@@ -283,7 +310,7 @@ def efficiency(trace: Trace, device_name: str | None, windows: pd.DataFrame | No
         # matmuls with num_workers=0): not the model's FLOPs on the device
         ops = ops[ops.index.isin(kernels["op"])]
     ops = ran_dtypes(ops, kernels)
-    peak = device_peak(device_name)
+    peak = device_peak(device_name) if not kernels.empty else None  # a CPU trace's FLOPs are not the GPU's
     peaks = {d: v * 1e12 for d, v in peak.tflops.items()} if peak else None
     return Efficiency(ops=ops, kernels=kernels, per_step=step_flops(ops, windows, peaks),
                       classes=class_breakdown(kernels, device_name))

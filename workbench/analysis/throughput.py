@@ -92,6 +92,9 @@ def tokens_per_s(summary: pd.DataFrame) -> float | None:
 
 
 def steps_label(first: int, last: int, profiled: bool) -> str:
-    """Which steps a number covers, in the words titles use: ``unprofiled steps 1–29``."""
+    """Which steps a number covers, in the words titles use: ``unprofiled steps 1–29``; a trace
+    without step markers is one step -1 (analysis.steps): ``the whole trace (no step markers)``."""
+    if profiled and first == last == -1:
+        return "the whole trace (no step markers)"
     span = f"step {first}" if first == last else f"steps {first}–{last}"
     return f"{'profiled' if profiled else 'unprofiled'} {span}"

@@ -10,6 +10,8 @@ estimates (upper bounds of what the one fix recovers):
 ``fp32_matmul``: GEMM/conv time on CUDA cores (``gemm_simt``) or in tf32 kernels. Saved =
 simt_ms × (1 − fp32_peak/bf16_peak) + tf32_ms × (1 − tf32_peak/bf16_peak) (workbench.peaks: the
 same share of a faster peak). Fix: bf16 autocast, or ``torch.set_float32_matmul_precision("high")``.
+A GPU without bf16 tensor cores (V100, T4) is held to its fp16 peak, and the fix is fp16 autocast
+with a GradScaler (a V100's fp16 tensor cores: 125 against 15.7 TFLOP/s fp32).
 
 ``unfused_elementwise``: memory-bound kernels (elementwise, casts, norms, reductions, plain
 copies). Saved = their time × ``FUSION_SAVING`` = 0.45: torch.compile took the 370M GPT from 100
@@ -173,9 +175,10 @@ def _diagnosis(ctx, saved: Frame, title, recommendation, formula, fix) -> Diagno
 
 def _fp32_saved(e, steps, step_ms, rf):
     peak = device_peak(_own_device(rf)[0])
-    if peak is None or "bf16" not in peak.tflops:
+    half = next((d for d in ("bf16", "fp16") if peak and d in peak.tflops), None)
+    if peak is None or half is None or "fp32" not in peak.tflops:
         return None
-    bf16 = peak.tflops["bf16"]
+    bf16 = peak.tflops[half]  # the fastest 16-bit peak: fp16 where the GPU has no bf16 (V100, T4)
     k = e.kernels
     simt = _per_step_ms(k[k["class"] == "gemm_simt"], steps)
     tf32 = _per_step_ms(k[(k["class"] == "gemm_tensor_core") & (k["dtype"] == "tf32")], steps)
@@ -184,7 +187,7 @@ def _fp32_saved(e, steps, step_ms, rf):
         return None
     return {"simt_gemm_ms_per_step": round(simt, 3), "tf32_gemm_ms_per_step": round(tf32, 3),
             "simt_gemm_pct_of_step": round(100 * simt / step_ms, 2), "tf32_gemm_pct_of_step": round(100 * tf32 / step_ms, 2),
-            "peak_tflops": {d: peak.tflops.get(d) for d in ("fp32", "tf32", "bf16")},
+            "peak_tflops": {d: peak.tflops.get(d) for d in ("fp32", "tf32", half)},
             "source": "kernel classes gemm_simt / gemm_tensor_core tf32 (analysis.kernel_classes)"}, saved
 
 
@@ -194,15 +197,18 @@ SAVED_FP32 = _saved_frame("fp32_matmul", _fp32_saved)
 @reads(*EFFICIENCY_READS, SAVED_FP32)
 def fp32_matmul(ctx: Context) -> Diagnosis | None:
     peak = device_peak(_device(ctx)[0])
-    if peak is None or "bf16" not in peak.tflops:
+    half = next((d for d in ("bf16", "fp16") if peak and d in peak.tflops), None)
+    if peak is None or half is None or "fp32" not in peak.tflops:
         return None
     return _diagnosis(
         ctx, SAVED_FP32,
         lambda ev, pct: (f"matmuls run in fp32: {ev['simt_gemm_pct_of_step'] + ev['tf32_gemm_pct_of_step']:.0f}% of the step "
-                         f"in fp32/tf32 GEMM kernels; bf16 would save ~{pct:.0f}%"),
+                         f"in fp32/tf32 GEMM kernels; {half} would save ~{pct:.0f}%"),
         "run matmuls in bf16: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss; at least "
-        "torch.set_float32_matmul_precision('high') (TF32 tensor cores) for fp32 models",
-        "saved = simt_ms*(1 - fp32_peak/bf16_peak) + tf32_ms*(1 - tf32_peak/bf16_peak)", ["parallel.mixed_precision"])
+        "torch.set_float32_matmul_precision('high') (TF32 tensor cores) for fp32 models" if half == "bf16" else
+        "run matmuls in fp16 (this GPU has no bf16 tensor cores): torch.autocast('cuda', dtype=torch.float16) "
+        "around forward and loss, with torch.amp.GradScaler('cuda') scaling the loss",
+        f"saved = simt_ms*(1 - fp32_peak/{half}_peak) + tf32_ms*(1 - tf32_peak/{half}_peak)", ["parallel.mixed_precision"])
 
 
 def _elementwise_saved(e, steps, step_ms, rf):

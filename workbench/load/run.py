@@ -1,8 +1,10 @@
 """A run: the manifest plus, per rank, the trace tables, the per-step rows and the device samples.
 
 ``load_run`` accepts a run directory written by ``workbench profile`` or a bare directory of
-``*.pt.trace.json[.gz]`` files as ``torch.profiler.tensorboard_trace_handler`` writes them
-(one per rank; the rank comes from each trace's ``distributedInfo``). Missing pieces are fine
+traces under any ``*.json[.gz]`` name (``tensorboard_trace_handler``'s ``*.pt.trace.json.gz``, HTA's
+``rank-0.json.gz``, ``export_chrome_trace``'s ``trace.json``: :mod:`workbench.discover` says which
+files are traces; the rank comes from each trace's ``distributedInfo``, then its file name, then
+file order). Missing pieces are fine
 (no manifest, no NVML, no steps); a corrupt piece is a :class:`TraceError` naming the file.
 Traces that cannot be one job with the others (another world size, process groups, process for
 the same rank, or time) are set aside with a warning: :mod:`workbench.load.jobs` has the rule.
@@ -18,7 +20,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from workbench import contract
+from workbench import contract, devices, discover
 from workbench.kineto import RANK_FILE, trace_files
 from workbench.errors import TraceError, WorkbenchError
 from workbench.load import jobs
@@ -86,12 +88,10 @@ class Run:
 
     @property
     def device_name(self) -> str | None:
-        if self.manifest.get("device_name"):
-            return self.manifest["device_name"]
-        for t in self.rank_info.values():
-            if t.devices:
-                return t.devices[0].get("name")
-        return None
+        """The device as the analysis names it (workbench.devices.label): the manifest's or the
+        first trace's device name, or the GPU its properties resolve to when the name does not say."""
+        props = next((t.devices[0] for t in self.rank_info.values() if t.devices), None)
+        return devices.label(self.manifest.get("device_name"), props)
 
     @property
     def device_memory_bytes(self) -> int | None:
@@ -155,6 +155,8 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
         if wanted is not None and rank not in wanted:
             continue
         cands.append(Candidate(rank, trace))
+    if note := discover.rank_by_order(cands):
+        run.warnings.append(note)
     for c in one_job(run, cands):
         run.ranks[c.rank] = RankData(rank=c.rank, trace=c.trace)
     return finish(run, Path(path), wanted)
@@ -168,19 +170,26 @@ def locate(path: Path | str) -> tuple[Run, list[Path]]:
     if path.is_file():
         return Run(path=path.parent, manifest={}, ranks={}), [path]
     manifest = read_manifest(path)
-    files = trace_files(path)
-    if not files and not manifest:
-        raise WorkbenchError(f"{path}: no manifest.json and no *.pt.trace.json[.gz] files; is this a run directory?")
-    return Run(path=path, manifest=manifest, ranks={}), files
+    found = discover.find(path)
+    if not found.taken and not manifest:
+        skipped = f" ({found.skipped_text()})" if found.skipped else ""
+        raise WorkbenchError(f"{path}: no manifest.json and no trace files (*.json[.gz] holding traceEvents){skipped}; "
+                             "is this a run directory?")
+    run = Run(path=path, manifest=manifest, ranks={})
+    if note := found.note():
+        run.warnings.append(note)
+    return run, found.taken
 
 
 def rank_of(trace, file: Path) -> int:
-    """The rank a trace is analysed as: its ``distributedInfo`` rank, else the ``rankN`` of its file
-    name, else 0 (a single-process job; its profiler cycles then collapse in :func:`one_job`)."""
+    """The rank a trace is analysed as: its ``distributedInfo`` rank, else the rank its file name
+    states (``rank3``, ``rank-3``, ``sampled_rank_3``: workbench.discover), else 0 (a single-process
+    job; its profiler cycles then collapse in :func:`one_job`; several processes without a rank are
+    ranked by file order, :func:`workbench.discover.rank_by_order`)."""
     if trace.rank is not None:
         return int(trace.rank)
-    m = RANK_FILE.match(Path(file).name)
-    return int(m.group(1)) if m else 0
+    named = discover.rank_from_name(Path(file).name)
+    return named if named is not None else 0
 
 
 def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
@@ -196,10 +205,30 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).nvml = _read_csv(f)
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
+    run.warnings.extend(notes(run))
     manifest = run.manifest
     if manifest.get("status") == contract.STATUS_FAILED:
         run.warnings.append(f"the run failed: {manifest.get('error') or 'exit code ' + str(manifest.get('exit_code'))}")
     return run
+
+
+NO_STEP_MARKERS = ("no ProfilerStep#N marker in the trace (torch.autograd.profiler, or torch.profiler without a "
+                   "schedule's prof.step()): the whole trace is analysed as one step")
+
+
+def notes(run: Run) -> list[str]:
+    """What a reader must know about how the traces were read: the device when its name did not
+    say which GPU it is (or nothing did: then MFU needs ``--peak-tflops``), and a trace with no
+    step markers, analysed whole."""
+    out = []
+    info = run.rank_info
+    if run.has_gpu:
+        props = next((t.devices[0] for t in info.values() if t.devices), None)
+        if line := devices.describe(run.manifest.get("device_name"), props):
+            out.append(line)
+    if info and all(t.first_step is None for t in info.values()):
+        out.append(NO_STEP_MARKERS)
+    return out
 
 
 def one_job(run: Run, cands: list[Candidate]) -> list[Candidate]:

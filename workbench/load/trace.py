@@ -44,6 +44,7 @@ from typing import Any, Iterator
 import msgspec
 import pandas as pd
 
+from workbench.devices import labelled
 from workbench.errors import TraceError
 from workbench import kineto
 from workbench.load.columns import DECODER, EVENTS_DECODER, Columns, _Trace, as_int, as_name
@@ -377,7 +378,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
         memory=memory,
         comms=comms,
         distributed=dist,
-        devices=device_properties(doc.deviceProperties),
+        devices=labelled(device_properties(doc.deviceProperties)),  # resolved: workbench.devices
         threads=cols.threads,
         base_time_ns=as_int(doc.baseTimeNanoseconds, lo=1),
         first_step=first_step,

@@ -48,7 +48,8 @@ def efficiency_page() -> None:
     st.markdown(f"**Dtype mix of the FLOPs:** {mix}")
     if peak:
         st.caption(f"{analysis.run.device_name}: dense peaks " + ", ".join(f"{d} {v:g}" for d, v in peak["tflops"].items())
-                   + f" TFLOP/s, HBM {peak['hbm_tb_s']:g} TB/s ({peak['source']}).")
+                   + (f" TFLOP/s, HBM {peak['hbm_tb_s']:g} TB/s" if peak["hbm_tb_s"] else " TFLOP/s")
+                   + f" ({peak['source']}).")
     else:
         st.caption(f"No peak table entry for {analysis.run.device_name or 'this device'}: MFU and % of roofline are unknown.")
 
