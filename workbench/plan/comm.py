@@ -141,13 +141,21 @@ def _dp_collectives(m: ModelSpec, layout: Layout, stack: Stack, mbs: int, cluste
         out.append(Collective(op=op, group="dp", bytes=total / pieces, calls=calls_per * pieces, ranks=n, link=link,
                               when=when))
 
+    # reductions that overlap backward go in pieces as gradients become ready (DDP's buckets, a
+    # layer at a time elsewhere); without overlap, one call over the whole buffer after backward
+    L = max(1, stage_layers(m.layers, layout.pp, stage))
+    if not stack.dp_overlap:
+        pieces = 1
+    elif stack.name == "torch":
+        pieces = max(1, math.ceil(grads / DDP_BUCKET_BYTES))
+    else:
+        pieces = L
     if z == 0 or (z == 1 and stack.zero1_broadcast):
-        buckets = max(1, math.ceil(grads / DDP_BUCKET_BYTES)) if stack.name == "torch" else 1
-        one("all_reduce", grads, reduces, "backward", buckets)
+        one("all_reduce", grads, reduces, "backward", pieces)
         if z == 1:
             one("broadcast", stack.weight_bytes * psi, 1, "step")
         return out
-    one("reduce_scatter", grads, reduces, "backward")
+    one("reduce_scatter", grads, reduces, "backward", pieces)
     if z in (1, 2):
         # parameters gathered once a step: after the update (ZeRO-1/2), or at the first forward (FSDP2)
         torch = stack.name == "torch"
@@ -156,7 +164,7 @@ def _dp_collectives(m: ModelSpec, layout: Layout, stack: Stack, mbs: int, cluste
     # ZeRO-3: every block gathered in forward and again in backward, per micro-batch; FSDP2's root
     # (embeddings, final norm, head) once per step
     root = psi - psi_blocks if stack.fsdp_root_unsharded else 0.0
-    blocks, L = psi - root, max(1, stage_layers(m.layers, layout.pp, stage))
+    blocks = psi - root
     one("all_gather", c * blocks, mbs, "forward", L)
     one("all_gather", c * blocks, mbs, "backward", L)
     if root:

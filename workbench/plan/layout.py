@@ -14,7 +14,7 @@ and torchtitan-like code: DDP / FSDP2 / DTensor, autocast, flash SDPA).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from workbench.errors import WorkbenchError
 
@@ -183,6 +183,12 @@ def megatron_stack(dtype: str = "bf16", *, flash_attention: bool = False, dp_ove
     return Stack(name="megatron", dtype=dtype, flash_attention=flash_attention, dropout=True, dp_overlap=dp_overlap)
 
 
+def deepspeed_stack(dtype: str = "fp16") -> Stack:
+    """DeepSpeed ZeRO as the ZeRO paper counts it (16 bytes per parameter with Adam: fp16 weights
+    and gradients, fp32 master and moments), Megatron-LM's kernels, communication overlapped."""
+    return replace(megatron_stack(dtype, dp_overlap=True), name="deepspeed", grad_bytes=2)
+
+
 def torch_stack(dtype: str = "bf16", *, zero: int = 0, autocast: bool | None = None, optimizer_bytes: int = 8,
                 reduce_each_microbatch: bool = False, pipeline: bool = False) -> Stack:
     """Plain PyTorch as the engine runs it: fp32 parameters, .grad freed every step, flash SDPA,
@@ -200,7 +206,7 @@ def torch_stack(dtype: str = "bf16", *, zero: int = 0, autocast: bool | None = N
                  dp_reduce_each_microbatch=reduce_each_microbatch, zero1_broadcast=True, fsdp_root_unsharded=True)
 
 
-STACKS = ("megatron", "torch")
+STACKS = ("megatron", "deepspeed", "torch")
 
 
 def stack_for(name: str, dtype: str, layout: Layout, *, flash_attention: bool | None = None,
@@ -208,6 +214,8 @@ def stack_for(name: str, dtype: str, layout: Layout, *, flash_attention: bool | 
     """The stack ``name`` as it runs ``layout`` (torch: DDP + autocast for ZeRO 0/1, FSDP2 for 2/3)."""
     if name == "megatron":
         return megatron_stack(dtype, flash_attention=bool(flash_attention), dp_overlap=bool(dp_overlap))
+    if name == "deepspeed":
+        return deepspeed_stack(dtype)
     if name == "torch":
         return torch_stack(dtype, zero=layout.zero, pipeline=layout.pp > 1)
     raise WorkbenchError(f"--stack must be one of {', '.join(STACKS)}, got {name!r}")

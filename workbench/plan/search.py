@@ -106,8 +106,8 @@ def check_layout(m: ModelSpec, layout: Layout, global_batch: int) -> str | None:
     if global_batch % (layout.dp * layout.mb):
         return f"the global batch {global_batch} is not divisible by dp x mb = {layout.dp * layout.mb}"
     if layout.vpp > 1:
-        if m.layers % (layout.pp * layout.vpp):
-            return f"{m.layers} layers are not divisible by pp x vpp = {layout.pp * layout.vpp}"
+        if -(-m.layers // layout.pp) < layout.vpp:
+            return f"{-(-m.layers // layout.pp)} layers per stage cannot make {layout.vpp} virtual stages"
         if layout.microbatches(global_batch) % layout.pp:
             return f"interleaving needs the micro-batches ({layout.microbatches(global_batch)}) divisible by pp"
     return None
@@ -126,27 +126,25 @@ def evaluate(req: PlanRequest, layout: Layout, timed: bool = True) -> Evaluated:
     return ev
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def layouts(req: PlanRequest) -> list[Layout]:
     """Every layout of the search space that can run (see the module docstring)."""
     m, n, B = req.model, req.cluster.gpus, req.global_batch
     out = []
     tps = [t for t in (1, 2, 4, 8, 16) if t <= min(n, req.cluster.gpus_per_node) and check_layout(m, Layout(tp=t), 1) is None]
-    zeros = (0, 1) if req.stack == "megatron" else (0, 1, 2, 3)
     for tp in tps:
-        for pp in (p for p in _divisors(m.layers) if n % (tp * p) == 0):
+        # stages may be uneven (the first take one more layer), as the engine and Llama 3 split them;
+        # Megatron-LM itself wants L divisible by pp (x vpp): the slowest stage sets the pace
+        for pp in (p for p in range(1, m.layers + 1) if n % (tp * p) == 0):
             dp = n // (tp * pp)
             if B % dp:
                 continue
             for mb in (b for b in MICRO_BATCHES if (B // dp) % b == 0):
                 mbs = B // (dp * mb)
                 for vpp in VIRTUAL_STAGES:
-                    if vpp > 1 and (pp == 1 or (m.layers // pp) % vpp or mbs % pp):
+                    if vpp > 1 and (pp == 1 or -(-m.layers // pp) < vpp or mbs % pp):
                         continue
-                    for zero in zeros:
+                    # DeepSpeed and Megatron-LM run ZeRO-2/3 without pipelining; FSDP2 runs under it
+                    for zero in ((0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)):
                         if zero and dp == 1:
                             continue
                         for recompute in RECOMPUTE:
