@@ -134,7 +134,8 @@ class ModelSpec:
 
 
 def _gpt(name: str, L: int, h: int, a: int, V: int = 51200, s: int = 2048) -> ModelSpec:
-    return ModelSpec(name=name, layers=L, hidden=h, heads=a, vocab=V, seq=s)
+    # Megatron-LM ties the output layer to the word embedding (a copy lives on the last stage)
+    return ModelSpec(name=name, layers=L, hidden=h, heads=a, vocab=V, seq=s, tied=True)
 
 
 def _llama(name: str, L: int, h: int, a: int, ffn: int) -> ModelSpec:
