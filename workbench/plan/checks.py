@@ -77,7 +77,7 @@ class Check:
         return abs(self.error) <= self.goal
 
 
-def _max_allocated(run: Path) -> float:
+def max_allocated_bytes(run: Path) -> float:
     best = 0.0
     for f in sorted(run.glob("steps_rank*.csv")):
         with f.open() as fh:
@@ -104,7 +104,7 @@ def memory_checks(root: Path = TRACES) -> list[Check]:
                              measured=measured, predicted=mem.transient, goal=MEMORY_GOAL))
     for name in (*GPU_MEMORY_RUNS, *plan_gpu_runs(root)):
         case = engine_case(root / name)
-        measured = _max_allocated(root / name)
+        measured = max_allocated_bytes(root / name)
         if not measured:
             continue
         from workbench.plan.memory import memory

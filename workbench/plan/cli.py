@@ -59,60 +59,25 @@ def add_plan_parser(sub) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def build_request(args: argparse.Namespace):
-    """The PlanRequest the flags describe."""
-    from workbench.errors import WorkbenchError
-    from workbench.plan.hardware import make_cluster
-    from workbench.plan.layout import fill_dp, parse_layout
-    from workbench.plan.model import model_spec
-    from workbench.plan.search import PlanRequest
-    from workbench.plan.timing import Efficiencies
-
-    case = None
-    if args.from_run:
-        from workbench.plan.engine_runs import engine_case
-
-        case = engine_case(args.from_run)
-    if case is None and not args.model:
-        raise WorkbenchError("plan: give MODEL (a preset or a key list) or --from-run RUN")
-    model = model_spec(args.model) if args.model else case.model
-    model = model.with_seq(args.seq)
-    gpus = args.gpus or (case.world if case else None)
-    gpu = args.gpu or (case.device_name if case else None)
-    if not gpus or not gpu:
-        raise WorkbenchError("plan: --gpus N and --gpu NAME are needed (an engine run on CPU names no GPU)")
-    cluster = make_cluster(gpu, gpus, args.gpus_per_node, args.intra_node_gbps, args.inter_node_gbps)
-    batch = args.global_batch or (case.global_batch if case else max(gpus, (1 << 20) // model.seq))
-    eff = Efficiencies()
-    if args.calibrate:
-        from workbench.plan.calibrate import calibrate
-
-        eff = calibrate(args.calibrate)
-    stack = args.stack or ("torch" if case else "megatron")
-    dtype = case.stack.dtype if (case and args.dtype == "bf16") else args.dtype
-    layout = None
-    if args.layout:
-        layout = fill_dp(parse_layout(args.layout), gpus, explicit_dp="dp=" in args.layout.replace(" ", ""))
-    elif case:
-        layout = case.layout
-    # with --from-run, the run's own layout is evaluated with its exact stack (autocast or FSDP2,
-    # DDP buckets, optimizer) unless another stack was asked for
-    run_stack = case.stack if (case and layout == case.layout and stack == "torch") else None
-    return PlanRequest(model=model, cluster=cluster, global_batch=batch, stack=stack, dtype=dtype, efficiencies=eff,
-                       top=max(1, args.top), layout=layout, flash_attention=args.flash_attention or None,
-                       dp_overlap=args.dp_overlap or None, run_stack=run_stack)
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from workbench.plan.report import print_plan, to_json
+    from workbench.plan.request import build_request
     from workbench.plan.search import plan
 
-    doc = to_json(plan(build_request(args)))
+    req = build_request(model=args.model, gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                        intra_node_gbps=args.intra_node_gbps, inter_node_gbps=args.inter_node_gbps,
+                        global_batch=args.global_batch, seq=args.seq, top=args.top, layout=args.layout,
+                        calibrate=args.calibrate, stack=args.stack, dtype=args.dtype,
+                        flash_attention=args.flash_attention, dp_overlap=args.dp_overlap, from_run=args.from_run)
+    doc = to_json(plan(req))
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print_plan(doc, Console(stderr=True, highlight=False))
+    con = Console(stderr=True, highlight=False)
+    if not con.is_terminal:
+        con.width = max(con.width, 160)  # logs and pipes: keep the table's columns whole
+    print_plan(doc, con)
     return 0

@@ -123,7 +123,8 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
                 out.append(Collective(op=op, group="pp", bytes=msg, calls=n_f * mbs, ranks=2, link=link, when="forward"))
             if n_b:
                 out.append(Collective(op=op, group="pp", bytes=msg, calls=n_b * mbs, ranks=2, link=link, when="backward"))
-    if layout.dp > 1:
+    if layout.dp > 1 or (stack.name == "torch" and stack.ddp_bucket_copy):
+        # DDP all-reduces its buckets even at world size 1 (a copy, no traffic: bus factor 0)
         out += _dp_collectives(m, layout, stack, mbs, cluster, stage)
     return out
 
