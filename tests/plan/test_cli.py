@@ -83,3 +83,22 @@ def test_plan_imports_no_torch_plotly_streamlit():
     mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert "workbench.plan.search" in mods
     assert not {"torch", "plotly", "streamlit", "pandas"} & mods
+
+
+def test_compare_a_run_against_its_plan(tmp_path):
+    """`workbench compare RUN PLAN.json`: the plan of what the run ran, calibrated on another run,
+    next to what it measured (issue 18, item 7)."""
+    run, other = TRACES / "case_gpu_3_batch32", TRACES / "case_gpu_2_preload_shm"
+    r = workbench("plan", "--from-run", run, "--calibrate", other, "--json")
+    assert r.returncode == 0, r.stderr
+    p = tmp_path / "plan.json"
+    p.write_text(r.stdout)
+    c = workbench("compare", run, p, "--json")
+    assert c.returncode == 0, c.stderr
+    doc = json.loads(c.stdout)
+    assert doc["json_schema"] == "workbench.compare_plan/1" and doc["layout_matches"] is True
+    rows = {x["metric"]: x for x in doc["rows"]}
+    assert abs(rows["steady step"]["error_pct"]) <= 15 and abs(rows["peak memory per GPU"]["error_pct"]) <= 10
+    assert abs(rows["collective bytes per step (rank 0)"]["error_pct"]) <= 5
+    text = workbench("compare", run, p)
+    assert text.returncode == 0 and "against its plan" in text.stderr

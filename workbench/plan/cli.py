@@ -47,8 +47,9 @@ def add_plan_parser(sub) -> None:
                         "recompute=selective,sp=1,vpp=3[,schedule=gpipe]; dp defaults to what the GPUs leave")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="RUN",
                    help="workbench runs whose measured efficiencies replace the defaults (any number; one GPU is enough)")
-    p.add_argument("--stack", default=None, choices=("megatron", "torch"),
-                   help="what runs the layout: megatron (Megatron-LM: fused kernels, vocab-parallel head; default) or "
+    p.add_argument("--stack", default=None, choices=("megatron", "deepspeed", "torch"),
+                   help="what runs the layout: megatron (Megatron-LM: fused kernels, vocab-parallel head; default), "
+                        "deepspeed (ZeRO as its paper counts it: 16 bytes per parameter, overlapped communication) or "
                         "torch (the bundled engine / plain PyTorch: DDP, FSDP2, DTensor, torch.distributed.pipelining)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp32"), help="compute dtype (default bf16)")
     p.add_argument("--flash-attention", action="store_true", help="megatron stack: fused attention (newer Megatron-LM)")

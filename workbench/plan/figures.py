@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from workbench.plan.report import short_key
+
 MEMORY_PARTS = (("weights_gib", "weights", "#1f77b4"), ("gradients_gib", "gradients", "#ff7f0e"),
                 ("optimizer_gib", "optimizer state", "#2ca02c"), ("activations_gib", "activations", "#d62728"),
                 ("loss_gib", "loss / logits", "#9467bd"), ("buffers_gib", "buffers", "#8c564b"))
@@ -18,10 +20,7 @@ _MARGIN = dict(l=10, r=10, t=50, b=10)
 
 
 def _label(p: dict) -> str:
-    lay = p["layout"]
-    tag = "given" if p["given"] else f"#{p['rank']}"
-    s = f"{tag} tp{lay['tp']}·pp{lay['pp']}·dp{lay['dp']} z{lay['zero']} mb{lay['mb']} {lay['recompute'][:4]}"
-    return s + (" sp" if lay["sp"] else "") + (f" v{lay['vpp']}" if lay["vpp"] > 1 else "")
+    return ("given " if p["given"] else f"#{p['rank']} ") + short_key(p["layout"])
 
 
 def memory_bars(doc: dict, title: str = "Memory per GPU (GiB), at its peak") -> go.Figure:

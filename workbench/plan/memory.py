@@ -262,7 +262,9 @@ def memory_of_stage(m: ModelSpec, layout: Layout, stack: Stack, global_batch: in
     step = weights + optimizer + persistent_buf + grads
     total, phase = (backward, "backward") if backward >= step else (step, "optimizer")
     persistent = weights + optimizer + persistent_buf + (grads if stack.persistent_grads else 0.0)
-    acts += working if working > loss else 0.0
+    if working > loss:
+        acts += working
+        f["activations"] += f" + a block's backward working set {_g(working)}"
     loss = kept + (loss if loss >= working else 0.0)
     return MemoryBreakdown(weights=weights, gradients=grads, optimizer=optimizer, activations=acts, loss=loss,
                            buffers=persistent_buf + transient_buf, total=total, transient=total - persistent,

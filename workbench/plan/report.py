@@ -69,8 +69,14 @@ def to_json(p: Plan) -> dict:
     }
 
 
-def _gib(b: float) -> str:
-    return f"{b / 2**30:.1f}"
+def short_key(lay: dict) -> str:
+    """A layout in a few characters: ``tp8 pp16 dp64 z1 mb1 sel sp v2``."""
+    rc = {"none": "", "selective": " sel", "full": " full"}[lay["recompute"]]
+    s = f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} z{lay['zero']} mb{lay['mb']}{rc}"
+    s += " sp" if lay["sp"] else ""
+    if lay["pp"] > 1:
+        s += f" v{lay['vpp']}" if lay["vpp"] > 1 else (" gpipe" if lay.get("schedule") == "gpipe" else "")
+    return s
 
 
 def print_plan(doc: dict, con) -> None:
@@ -92,7 +98,8 @@ def print_plan(doc: dict, con) -> None:
             con.print(f"  {n}")
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
               f"{c['usable_memory_gib']:.0f} GiB")
-    t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms)")
+    t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "
+                                           "and in --json)")
     for col in ("#", "layout", "weights", "grads", "optim", "activ", "total", "step ms", "compute", "TP",
                 "bubble", "DP exp", "MFU", "tokens/s"):
         t.add_column(col, justify="left" if col == "layout" else "right")
@@ -101,7 +108,7 @@ def print_plan(doc: dict, con) -> None:
         rank = "given" if p["given"] else str(p["rank"])
         if p["given"] and p["rank"]:
             rank = f"given ({p['rank']})"
-        cells = [rank, p["layout_key"], f"{mem['weights_gib']:.1f}", f"{mem['gradients_gib']:.1f}",
+        cells = [rank, short_key(p["layout"]), f"{mem['weights_gib']:.1f}", f"{mem['gradients_gib']:.1f}",
                  f"{mem['optimizer_gib']:.1f}", f"{mem['activations_gib'] + mem['loss_gib'] + mem['buffers_gib']:.1f}",
                  ("" if p["fits"] else "[red]") + f"{mem['total_gib']:.1f}" + ("" if p["fits"] else "[/]")]
         if tm:

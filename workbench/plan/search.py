@@ -182,8 +182,8 @@ def plan(req: PlanRequest) -> Plan:
     if too_big:
         small = min(too_big, key=lambda e: e.memory.total)
         losses.append(Loss(reason="does not fit", count=len(too_big), example=small.layout.key(),
-                           detail=f"the smallest needs {small.memory.total / 2**30:.1f} GiB of "
-                                  f"{FIT_FRACTION * req.cluster.gpu.memory_gib:.1f} GiB usable"))
+                           detail=f"the closest needs {small.memory.total / 2**30:.2f} GiB of the "
+                                  f"{FIT_FRACTION * req.cluster.gpu.memory_gib:.2f} GiB usable"))
     if fit:
         best = fit[0]
         by_reason: dict[str, list[tuple[Evaluated, float]]] = {}
