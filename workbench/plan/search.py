@@ -2,7 +2,7 @@
 and why the others lost.
 
 The space (Narayanan et al. 2021, §3, name these trade-offs): tensor parallel inside a node
-(powers of two dividing the heads), pipeline stages dividing the layers, data parallel over the
+(powers of two dividing the heads), pipeline stages (1F1B or GPipe; uneven stages allowed), data parallel over the
 rest (dividing the global batch), micro-batch sizes, interleaving (layers per stage divisible by
 vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel.
 Memory is checked first (cheap); only layouts that fit are timed.
@@ -149,8 +149,11 @@ def layouts(req: PlanRequest) -> list[Layout]:
                             continue
                         for recompute in RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
-                                out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute, sp=sp,
-                                                  vpp=vpp))
+                                # GPipe takes as long as 1F1B and holds all m micro-batches: it only
+                                # ever loses on memory, which the table of losers then says
+                                for schedule in (("1f1b", "gpipe") if pp > 1 and vpp == 1 else ("1f1b",)):
+                                    out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute,
+                                                      sp=sp, vpp=vpp, schedule=schedule))
     return out
 
 
@@ -175,15 +178,17 @@ def plan(req: PlanRequest) -> Plan:
     """Search, rank, explain (and evaluate ``req.layout`` when given)."""
     candidates = layouts(req)
     evaluated = [evaluate(req, lay, timed=False) for lay in candidates]
-    fit = sorted((e for e in evaluated if e.time is not None), key=lambda e: e.time.step_s)
+    # ties (GPipe and its 1F1B twin take equally long) go to the layout that needs less memory
+    fit = sorted((e for e in evaluated if e.time is not None), key=lambda e: (round(e.time.step_s, 9), e.memory.total))
     given = evaluate(req, req.layout, timed=True) if req.layout else None
     losses: list[Loss] = []
     too_big = [e for e in evaluated if e.time is None]
     if too_big:
         small = min(too_big, key=lambda e: e.memory.total)
         losses.append(Loss(reason="does not fit", count=len(too_big), example=small.layout.key(),
-                           detail=f"the closest needs {small.memory.total / 2**30:.2f} GiB of the "
-                                  f"{FIT_FRACTION * req.cluster.gpu.memory_gib:.2f} GiB usable"))
+                           detail=f"the closest needs {small.memory.total / 2**30:.2f} GiB, "
+                                  f"{(small.memory.total - FIT_FRACTION * req.cluster.gpu.memory_bytes) / 2**20:,.0f} MiB "
+                                  f"over the {FIT_FRACTION * req.cluster.gpu.memory_gib:.2f} GiB usable"))
     if fit:
         best = fit[0]
         by_reason: dict[str, list[tuple[Evaluated, float]]] = {}
