@@ -33,5 +33,8 @@ nav = st.navigation({
         st.Page(pages.runs_page, title="Runs", url_path="runs"),
         st.Page(pages.compare_page, title="Compare", url_path="compare"),
     ],
+    "Before launch": [
+        st.Page(pages.plan_page, title="Plan", url_path="plan"),
+    ],
 })
 nav.run()

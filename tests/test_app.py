@@ -268,3 +268,16 @@ def test_compare_page_opens_on_the_newest_run_and_its_closest_predecessor(monkey
     (demo / "manifest.json").write_text(json.dumps(m))
     at = open_page(monkeypatch, "compare_page", run=None, root=tmp_path)
     assert at.query_params["a"] == "ddp_slow_data" and at.query_params["b"] == "demo-slow-data"
+
+
+def test_plan_page_ranks_layouts_with_memory_and_time_bars(monkeypatch):
+    """The Plan page: the article's 175B on 8192 GPUs, the ranked layouts, a memory bar per layout
+    and the step-time split, the given layout first (issue 18, item 7)."""
+    at = open_page(monkeypatch, "plan_page", run=None, gpus="8192", gpu="H100", batch="1536",
+                   layout="tp=8,pp=16,dp=64,zero=1,mb=1,recompute=selective,sp=1")
+    assert at.dataframe and "tp=8,pp=16,dp=64" in at.dataframe[0].value["layout"].iloc[0]
+    t = titles(at)
+    assert any(x.startswith("Memory per GPU") for x in t) and any(x.startswith("Predicted step time") for x in t)
+    mem = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Memory per GPU"))
+    assert {d["name"] for d in mem["data"]} >= {"weights", "gradients", "optimizer state", "activations"}
+    assert "Why the others lost" in texts(at) and "stated default efficiencies" in texts(at)

@@ -150,7 +150,8 @@ def test_upload_of_dotdot_and_bad_zip_is_refused(server, page, tmp_path):
 
 
 PAGES = {"overview": "ddp_slow_data", "timeline": "Timeline", "utilisation": "Utilisation", "communication": "Communication",
-         "memory": "Memory", "diagnoses": "Diagnoses", "efficiency": "Efficiency", "runs": "Runs", "compare": "Compare"}
+         "memory": "Memory", "diagnoses": "Diagnoses", "efficiency": "Efficiency", "runs": "Runs", "compare": "Compare",
+         "plan": "Plan"}
 
 
 def test_every_page_path_opens_with_its_run(server, page):

@@ -139,11 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Commands owned by other modules register themselves here (each imports torch lazily).
     from workbench.compare import add_compare_parser
     from workbench.engine.cli import add_train_parser
+    from workbench.plan.cli import add_plan_parser
     from workbench.report import add_report_parser
 
     add_train_parser(sub)
     add_compare_parser(sub)
     add_report_parser(sub)
+    add_plan_parser(sub)
     return p
 
 

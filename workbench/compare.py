@@ -149,7 +149,9 @@ def add_compare_parser(sub) -> None:
                        description="Analyze runs A (before) and B (after) and print per-metric deltas, the "
                                    "diagnoses B resolved or introduced, and the measured speed-up next to A's estimate.",
                        epilog="examples:\n  workbench compare traces/ddp_slow_data traces/ddp_fixed_data\n"
-                              "  workbench compare A B --json",
+                              "  workbench compare A B --json\n"
+                              "  workbench compare RUN PLAN.json     # a run against its `workbench plan --json` "
+                              "(predicted vs measured)",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
     p.add_argument("b", help="run B (after)")
@@ -158,6 +160,10 @@ def add_compare_parser(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.plan.compare import cmd_compare_plan, is_plan_file
+
+    if is_plan_file(args.b):  # `workbench compare RUN PLAN.json`: the run against its plan
+        return cmd_compare_plan(args)
     from workbench.verdict import analyze_run
 
     cmp = compare_runs(analyze_run(args.a), analyze_run(args.b))

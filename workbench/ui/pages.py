@@ -8,7 +8,8 @@ from workbench.ui.analysis_pages import communication_page, memory_page, utilisa
 from workbench.ui.compare_page import compare_page
 from workbench.ui.efficiency_page import efficiency_page
 from workbench.ui.overview import diagnoses_page, overview_page, timeline_page
+from workbench.ui.plan_page import plan_page
 from workbench.ui.runs import runs_page
 
-__all__ = ["communication_page", "compare_page", "diagnoses_page", "efficiency_page", "memory_page", "overview_page", "runs_page",
-           "timeline_page", "utilisation_page"]
+__all__ = ["communication_page", "compare_page", "diagnoses_page", "efficiency_page", "memory_page", "overview_page", "plan_page",
+           "runs_page", "timeline_page", "utilisation_page"]

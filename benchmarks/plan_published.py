@@ -1,0 +1,54 @@
+"""The planner against published large runs (issue 18, item 5): prints the table BENCHMARKS.md holds.
+
+    python benchmarks/plan_published.py            # ~1 s, no GPU, no network
+
+Every row is predicted from the model, cluster and layout its source states, with the planner's
+stated default efficiencies (workbench/plan/timing.py) — the same for every paper, none fitted.
+Knobs a source leaves open are chosen by the planner (shown in the layout column as "planner:").
+See workbench/plan/published.py for the sources and how a per-GPU TFLOP/s becomes an iteration time.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.plan.model import PRESETS  # noqa: E402
+from workbench.plan.published import median_abs_error, predict_all  # noqa: E402
+
+
+def _layout(p) -> str:
+    lay = p.evaluated.layout
+    s = f"tp {lay.tp} · pp {lay.pp} · dp {lay.dp}"
+    parts = [f"mb {lay.mb}", lay.recompute + " recompute" if lay.recompute != "none" else "no recompute"]
+    if lay.vpp > 1:
+        parts.append(f"vpp {lay.vpp}")
+    if lay.sp:
+        parts.append("SP")
+    if lay.zero:
+        parts.append(f"ZeRO-{lay.zero}")
+    chosen = ", ".join(f"{k} {'on' if v is True else 'off' if v is False else v}" for k, v in p.chosen.items())
+    return s + ", " + ", ".join(parts) + (f" (planner: {chosen})" if chosen else "")
+
+
+def main() -> int:
+    preds = predict_all()
+    print("| source | model | GPUs | layout | paper | paper s/iter | predicted s/iter | error |")
+    print("|---|---|---:|---|---:|---:|---:|---:|")
+    for p in preds:
+        r = p.row
+        m = PRESETS[r.model]
+        paper = f"{r.value:g} TFLOP/s/GPU" if r.metric == "tflops_per_gpu" else f"{r.value:g} s/iter"
+        gpu = r.gpu.replace("A100-SXM4-80GB", "A100 80GB").replace("H100", "H100 80GB")
+        fit = "" if p.fits else " (does not fit per the planner)"
+        print(f"| {r.source} | {r.model} ({m.params() / 1e9:.3g}B){' ' + r.note if r.note else ''} | {r.gpus:,} x {gpu} "
+              f"| {_layout(p)}{fit} | {paper} | {p.paper_s:.2f} | {p.predicted_s:.2f} | {100 * p.error:+.1f} % |")
+    print()
+    print(f"median |error| {100 * median_abs_error(preds):.1f} % over {len(preds)} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""``--calibrate RUN…``: the efficiencies the user's own runs measured replace the defaults.
+
+From each run (any number; one GPU is enough), through ``analyze_run(path).to_json()``
+(schema ``workbench.analyze/1``) and the run directory:
+
+- GEMM efficiency by size: each matmul call's FLOPs over its kernels' time, bucketed by FLOPs
+  per call (the one place that reads the trace beyond the JSON: :func:`trace_frames`);
+- attention: the attention kernels' FLOP/s over the peak of the dtype they ran in;
+- memory-bound kernels (norms, activations, casts, reductions, copies) and the optimizer: their
+  time per step against the bytes this planner counts for the run (engine runs, whose manifest
+  says the model and layout), i.e. an effective share of HBM bandwidth;
+- host overhead: a step longer than its kernels (steady steps, GPU clock) is the host's launch
+  rate: seconds per kernel, kernels per layer;
+- collective bus bandwidth by size: NCCL collectives of ≥ 1 MiB in multi-rank GPU runs.
+
+What a run cannot tell (no collectives at world size 1, no memory-bound model for a non-engine
+run) stays the stated default, and :attr:`Efficiencies.notes` says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.plan.comm import bus_factor
+from workbench.plan.timing import Efficiencies
+
+MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
+HOST_COPIES = ("memcpy_htod", "memcpy_dtoh")
+HOST_BOUND_MIN = 0.03
+"""A steady step this much longer than its kernels is taken as host-bound (launch-limited)."""
+MIN_COLLECTIVE_BYTES = 1 << 20
+
+
+def trace_frames(run: str | Path) -> dict:
+    """What the planner reads from a run's traces beyond its JSON, as plain data — the one
+    function that knows the analysis internals (``workbench.load``, ``analysis.flops``,
+    ``analysis.kernel_classes``), so their refactoring touches only this:
+
+    ``{"gemm_calls": [(flops, seconds), …] (each matmul op's kernels, all ranks),
+       "cpu_step_transient_bytes": {rank: [bytes per profiled step]}}`` — the second is the peak of
+    the profiler's CPU allocator counter above its floor within each step (gloo runs: the counter
+    sees only what was allocated inside the recorded window, so what lives between steps is not in
+    it)."""
+    from workbench.analysis.flops import op_flops
+    from workbench.analysis.kernel_classes import kernel_table
+    from workbench.analysis.steps import step_windows
+    from workbench.load import load_run
+
+    import numpy as np
+
+    r = load_run(run)
+    calls: list[tuple[float, float]] = []
+    transient: dict[int, list[float]] = {}
+    for rank in sorted(r.traces):
+        t = r.trace(rank)
+        w = step_windows(t)
+        ops = op_flops(t, w)
+        if not ops.empty:
+            k = kernel_table(t, ops)
+            g = k[k["class"].isin(("gemm_tensor_core", "gemm_simt")) & (k["op"] >= 0)]
+            if not g.empty:
+                per = g.groupby("op").agg(flops=("flops", "sum"), us=("dur_us", "sum"))
+                calls += [(float(f), float(u) * 1e-6) for f, u in zip(per["flops"], per["us"]) if f > 0 and u > 0]
+        mem = t.memory
+        if not mem.empty and not w.empty:
+            cpu = mem[mem["device_type"] == 0].sort_values("ts_us")
+            ts, alloc = cpu["ts_us"].to_numpy(), cpu["allocated_bytes"].to_numpy()
+            vals = []
+            for lo, hi in zip(w["start_us"].to_numpy(), w["end_us"].to_numpy()):
+                x = alloc[(ts >= lo) & (ts < hi)]
+                if len(x):
+                    vals.append(float(np.max(x) - np.min(x)))
+            if vals:
+                transient[rank] = vals
+    return {"gemm_calls": calls, "cpu_step_transient_bytes": transient}
+
+
+def gemm_by_size(calls: list[tuple[float, float]], peak_flops: float, per_decade: int = 4) -> tuple[tuple[float, float], ...]:
+    """(FLOPs per call, share of peak) per log bucket: total FLOPs over total time of its calls."""
+    buckets: dict[int, list[float]] = {}
+    for f, s in calls:
+        b = buckets.setdefault(int(math.floor(math.log10(f) * per_decade)), [0.0, 0.0, 0.0])
+        b[0] += f
+        b[1] += s
+        b[2] += 1
+    pts = [(10 ** ((k + 0.5) / per_decade), v[0] / v[1] / peak_flops) for k, v in sorted(buckets.items()) if v[2] >= 2]
+    return tuple(pts)
+
+
+def _per_step(doc: dict, classes: tuple[str, ...], *, exclude_sub: tuple[str, ...] = ()) -> float:
+    eff = doc.get("efficiency") or {}
+    steps = max(1, int(doc["summary"]["steps"] or 1)) * max(1, int(doc["run"]["world_size"] or 1))
+    return sum(c["time_ms"] for c in eff.get("classes", []) if c["class"] in classes
+               and c["subclass"] not in exclude_sub) / steps * 1e-3
+
+
+def _dominant_dtype(doc: dict) -> str:
+    mix = (doc.get("efficiency") or {}).get("dtype_flops_pct") or {}
+    return max(mix, key=mix.get) if mix else "bf16"
+
+
+def _collective_busbw(doc: dict, hosts: int) -> dict[str, float]:
+    """Median bus bandwidth of the run's large collectives (bytes/s), by link."""
+    world = int(doc["run"]["world_size"] or 1)
+    if world < 2 or not doc["run"].get("has_gpu"):
+        return {}
+    rates = []
+    for c in doc.get("collectives") or []:
+        b, n, ms = c.get("bytes"), c.get("calls") or 0, c.get("total_ms") or 0
+        if b and b >= MIN_COLLECTIVE_BYTES and n and ms and c["op"] in ("all_reduce", "all_gather", "reduce_scatter"):
+            rates.append(bus_factor(c["op"], int(c["group_size"] or world)) * b / (ms * 1e-3 / n))
+    if not rates:
+        return {}
+    rates.sort()
+    return {"intra" if hosts <= 1 else "inter": rates[len(rates) // 2]}
+
+
+def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Efficiencies:
+    """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives)."""
+    from workbench.peaks import device_peak
+    from workbench.plan.engine_runs import engine_case, read_manifest
+    from workbench.verdict import analyze_run
+
+    if not runs:
+        raise WorkbenchError("--calibrate needs at least one run directory")
+    eff = base or Efficiencies()
+    notes: list[str] = []
+    calls_by_peak: list[tuple[float, float, float]] = []
+    attn = [0.0, 0.0]          # FLOPs at peak, seconds
+    membound = [0.0, 0.0]      # bytes counted, seconds x HBM
+    opt = [0.0, 0.0]
+    host: list[tuple[float, float]] = []
+    busbw: dict[str, float] = {}
+    used: list[str] = []
+    for run in runs:
+        doc = analyze_run(run).to_json()
+        name = Path(run).name
+        e = doc.get("efficiency")
+        peak = device_peak(doc["run"].get("device"))
+        man = read_manifest(run)
+        busbw.update(_collective_busbw(doc, len(man.get("hosts") or [])))
+        if not e or not peak or not doc["run"].get("has_gpu"):
+            notes.append(f"{name}: no GPU kernels with a known peak — only its collectives are used")
+            continue
+        used.append(str(run))
+        dtype = _dominant_dtype(doc)
+        frames = trace_frames(run)
+        for f, s in frames["gemm_calls"]:
+            calls_by_peak.append((f, s, (peak.tflops.get("tf32" if dtype == "fp32" else dtype) or peak.tflops["bf16"]) * 1e12))
+        for c in e["classes"]:
+            if c["class"] == "attention" and c["flops"]:
+                p = (peak.tflops.get("fp32" if dtype in ("fp32", "tf32") else dtype) or peak.tflops["bf16"]) * 1e12
+                attn[0] += c["flops"] / p
+                attn[1] += c["time_ms"] * 1e-3
+        try:
+            case = engine_case(run, man)
+        except WorkbenchError:
+            notes.append(f"{name}: not an engine run — memory-bound, optimizer and host rates stay defaults")
+            continue
+        counted = counted_bytes(case)
+        hbm = peak.hbm_tb_s * 1e12
+        mb_s = _per_step(doc, MEMORY_BOUND_CLASSES, exclude_sub=HOST_COPIES)
+        opt_s = _per_step(doc, ("optimizer",))
+        if mb_s:
+            membound[0] += counted["memory_bound"]
+            membound[1] += mb_s * hbm
+        if opt_s:
+            opt[0] += counted["optimizer"]
+            opt[1] += opt_s * hbm
+        kernels = sum(c["kernels"] for c in e["classes"]) / max(1, int(doc["summary"]["steps"] or 1))
+        kernel_s = _per_step(doc, tuple({c["class"] for c in e["classes"]}), exclude_sub=HOST_COPIES)
+        steady = (doc.get("metrics") or {}).get("steady_step_ms")
+        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch)
+        if steady and kernels and steady * 1e-3 > kernel_s * (1 + HOST_BOUND_MIN):
+            host.append((steady * 1e-3 / kernels, kernels / layer_runs))
+        else:
+            notes.append(f"{name}: steady steps ≈ their kernels (GPU-bound) — the host's rate is not measured")
+    if calls_by_peak:
+        by_peak: dict[float, list] = {}
+        for f, s, p in calls_by_peak:
+            by_peak.setdefault(p, []).append((f, s))
+        p, calls = max(by_peak.items(), key=lambda kv: len(kv[1]))
+        pts = gemm_by_size(calls, p)
+        total = sum(f for f, _ in calls) / sum(s for _, s in calls) / p
+        eff = replace(eff, gemm=total, gemm_by_size=pts)
+        notes.append(f"GEMM: {len(calls)} matmul calls in {len(pts)} size buckets, {total:.0%} of peak overall")
+    if attn[1]:
+        eff = replace(eff, attention=attn[0] / attn[1])
+        notes.append(f"attention: {attn[0] / attn[1]:.0%} of peak")
+    if membound[1]:
+        eff = replace(eff, memory_bound=membound[0] / membound[1])
+        notes.append(f"memory-bound kernels: {membound[0] / membound[1]:.0%} of HBM bandwidth for the bytes counted")
+    if opt[1]:
+        eff = replace(eff, optimizer=opt[0] / opt[1])
+        notes.append(f"optimizer: {opt[0] / opt[1]:.0%} of HBM bandwidth")
+    if host:
+        per_kernel = sum(h[0] for h in host) / len(host)
+        per_layer = sum(h[1] for h in host) / len(host)
+        eff = replace(eff, host_s_per_kernel=per_kernel, kernels_per_layer=per_layer)
+        notes.append(f"host: {per_kernel * 1e6:.1f} µs per kernel, {per_layer:.0f} kernels per layer and micro-batch")
+    if busbw:
+        eff = replace(eff, busbw={**eff.busbw, **busbw})
+        notes.append("collectives: " + ", ".join(f"{k} {v / 1e9:.0f} GB/s bus bandwidth" for k, v in busbw.items()))
+    else:
+        notes.append("collectives: none of ≥ 1 MiB on several GPUs in these runs — link bandwidths stay the stated defaults")
+    if not used and not busbw:
+        raise WorkbenchError("--calibrate: none of the runs has GPU kernels or collectives to measure")
+    return replace(eff, source="calibrated", runs=tuple(str(r) for r in runs), notes=tuple(notes))
+
+
+def counted_bytes(case) -> dict[str, float]:
+    """Bytes per step this planner counts for an engine run's memory-bound kernels (layers, loss,
+    embedding) and optimizer: the denominators of the calibrated shares."""
+    from workbench.plan.hardware import make_cluster
+    from workbench.plan.timing import step_time
+
+    unit = Efficiencies(memory_bound=1.0, optimizer=1.0)
+    cluster = make_cluster(case.device_name or "H100", case.world)
+    t = step_time(case.model, case.layout, case.stack, case.global_batch, cluster, unit)
+    hbm = cluster.gpu.hbm_tb_s * 1e12
+    return {"memory_bound": t.memory_bound_s * hbm, "optimizer": t.optimizer_s * hbm}

@@ -1,0 +1,84 @@
+"""``workbench plan``: registered into the CLI by workbench.cli. Parses and prints; the work is
+in workbench.plan. Imports nothing heavy at registration (no torch, pandas, plotly, streamlit)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXAMPLES = """examples:
+  workbench plan gpt3-175b --gpus 8192 --gpu A100-SXM4-80GB --global-batch 1536
+  workbench plan gpt3-175b --gpus 8192 --gpu H100 --layout tp=8,pp=16,dp=64,mb=1,recompute=selective,sp=1,vpp=2
+  workbench plan L=32,h=4096,a=32,V=50304,s=4096 --gpus 64 --gpu H200 --top 10 --json > plan.json
+  workbench plan llama3-70b --gpus 512 --gpu H100 --global-batch 1024 --stack torch
+  workbench plan engine-370m --gpus 8 --gpu H200 --stack torch --calibrate traces/case_gpu_2_preload_shm
+  workbench plan --from-run traces/case_gpu_3_batch32 --calibrate traces/case_gpu_2_preload_shm --json > p.json
+  workbench compare traces/case_gpu_3_batch32 p.json          # the run against its plan
+
+MODEL is a preset (gpt3-175b, megatron-1.7b … megatron-1t, megatron-22b, llama3-8b/70b/405b,
+engine-tiny/small/125m/370m/1.3b) or a key list L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1,tied=1,
+pos=0,bias=0,norm=rms]. Link bandwidths are per GPU and direction in Gbit/s (NVLink 4: 3600,
+one 400 Gb/s NIC per GPU: 400); defaults come from the GPU's usual system (DGX A100/H100/H200).
+"""
+
+
+def add_plan_parser(sub) -> None:
+    p = sub.add_parser("plan", help="choose the parallel layout before launch: memory, step time, MFU per layout",
+                       description="Search TP x PP (1F1B/GPipe, interleaved) x DP x ZeRO 0-3 x micro-batch x "
+                                   "recomputation x sequence parallel for MODEL on N GPUs; print the fastest layouts "
+                                   "that fit, with memory per GPU and the step time split, and why the others lost.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", help="a preset or a key list (see below); optional with --from-run")
+    p.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs in the job")
+    p.add_argument("--gpu", default=None, metavar="NAME", help="device: H200, H100, H100 PCIe, A100-SXM4-80GB, A100, "
+                                                              "L40S, L4, A10 … (workbench.peaks)")
+    p.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs sharing a node's NVLink (default 8)")
+    p.add_argument("--intra-node-gbps", type=float, default=None, metavar="GBIT",
+                   help="per-GPU link inside a node, Gbit/s per direction (default: the GPU's usual system)")
+    p.add_argument("--inter-node-gbps", type=float, default=None, metavar="GBIT",
+                   help="per-GPU network between nodes, Gbit/s per direction (default: the GPU's usual system)")
+    p.add_argument("--global-batch", type=int, default=None, metavar="B",
+                   help="sequences per optimizer step (default: 2^20 tokens, at least one sequence per GPU)")
+    p.add_argument("--seq", type=int, default=None, metavar="S", help="sequence length (default: the model's)")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="layouts to show (default 5)")
+    p.add_argument("--layout", default=None, metavar="SPEC",
+                   help="evaluate this layout too (first in the output): tp=8,pp=8,dp=1,zero=1,mb=1,"
+                        "recompute=selective,sp=1,vpp=3[,schedule=gpipe]; dp defaults to what the GPUs leave")
+    p.add_argument("--calibrate", nargs="+", default=None, metavar="RUN",
+                   help="workbench runs whose measured efficiencies replace the defaults (any number; one GPU is enough)")
+    p.add_argument("--stack", default=None, choices=("megatron", "deepspeed", "torch"),
+                   help="what runs the layout: megatron (Megatron-LM: fused kernels, vocab-parallel head; default), "
+                        "deepspeed (ZeRO as its paper counts it: 16 bytes per parameter, overlapped communication) or "
+                        "torch (the bundled engine / plain PyTorch: DDP, FSDP2, DTensor, torch.distributed.pipelining)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp32"), help="compute dtype (default bf16)")
+    p.add_argument("--flash-attention", action="store_true", help="megatron stack: fused attention (newer Megatron-LM)")
+    p.add_argument("--dp-overlap", action="store_true", help="megatron stack: gradient reduction overlaps backward")
+    p.add_argument("--from-run", default=None, metavar="RUN",
+                   help="plan exactly what an engine run ran (model, layout, batch, GPU, stack); --layout defaults to it")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.plan/1)")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from workbench.plan.report import print_plan, to_json
+    from workbench.plan.request import build_request
+    from workbench.plan.search import plan
+
+    req = build_request(model=args.model, gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                        intra_node_gbps=args.intra_node_gbps, inter_node_gbps=args.inter_node_gbps,
+                        global_batch=args.global_batch, seq=args.seq, top=args.top, layout=args.layout,
+                        calibrate=args.calibrate, stack=args.stack, dtype=args.dtype,
+                        flash_attention=args.flash_attention, dp_overlap=args.dp_overlap, from_run=args.from_run)
+    doc = to_json(plan(req))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    con = Console(stderr=True, highlight=False)
+    if not con.is_terminal:
+        con.width = max(con.width, 160)  # logs and pipes: keep the table's columns whole
+    print_plan(doc, con)
+    return 0

@@ -1,0 +1,118 @@
+"""``workbench compare RUN PLAN.json``: a run against its plan, predicted next to measured.
+
+The plan's first entry (``plans[0]``: the ``--layout`` / ``--from-run`` one when given) is held
+against the run: steady step time and tokens/s, MFU, peak memory per GPU (GPU runs: the steps
+CSV's ``max_mem_allocated_bytes``; gloo runs: one step's allocations above its floor against the
+plan's ``transient``), communication bytes per step of rank 0 and exposed communication.
+
+JSON (``--json``, schema ``workbench.compare_plan/1``)::
+
+    {"json_schema": "workbench.compare_plan/1", "run": str, "plan_layout": str, "run_layout": str|null,
+     "layout_matches": bool|null, "efficiencies": "defaults"|"calibrated",
+     "rows": [{"metric", "unit", "predicted", "measured", "error_pct"}]}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+JSON_SCHEMA = "workbench.compare_plan/1"
+
+
+def is_plan_file(path: str | Path) -> bool:
+    """A ``workbench plan --json`` document (schema workbench.plan/1)."""
+    p = Path(path)
+    if p.suffix != ".json" or not p.is_file():
+        return False
+    try:
+        return json.loads(p.read_text()).get("json_schema", "").startswith("workbench.plan/")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _row(metric: str, unit: str, predicted: float | None, measured: float | None) -> dict:
+    err = None if not (predicted is not None and measured) else round(100 * (predicted / measured - 1), 2)
+    return {"metric": metric, "unit": unit, "predicted": predicted, "measured": measured, "error_pct": err}
+
+
+def compare_run_plan(run: str | Path, plan_doc: dict) -> dict:
+    from workbench.peaks import peak_flops
+    from workbench.plan.checks import max_allocated_bytes
+    from workbench.plan.engine_runs import engine_case, read_manifest
+    from workbench.verdict import analyze_run
+
+    if not plan_doc.get("plans"):
+        raise WorkbenchError("the plan has no layout to compare (its search found none that fits)")
+    plan = plan_doc["plans"][0]
+    if plan.get("time") is None:
+        raise WorkbenchError(f"the plan's layout {plan['layout_key']} was not timed ({plan.get('problem') or 'it does not fit'})")
+    doc = analyze_run(run).to_json()
+    man = read_manifest(run)
+    try:
+        case = engine_case(run, man)
+        run_layout = case.layout.key()
+    except WorkbenchError:
+        case, run_layout = None, None
+    t, mem = plan["time"], plan["memory"]
+    metrics = doc.get("metrics") or {}
+    gpu = bool(doc["run"].get("has_gpu"))
+    rows = []
+    if gpu:  # a gloo (CPU) run's time says nothing about the GPUs the plan is for
+        rows += [_row("steady step", "ms", t["step_ms"], metrics.get("steady_step_ms")),
+                 _row("tokens/s", "tokens/s", t["tokens_per_s"], metrics.get("tokens_per_s"))]
+    device = doc["run"].get("device")
+    peak = peak_flops(device)
+    fpt = (man.get("config") or {}).get("flops_per_token") or plan_doc["model"]["model_flops_per_token"]
+    if gpu and peak and metrics.get("tokens_per_s"):
+        rows.append(_row("MFU", "%", 100 * t["mfu"], 100 * metrics["tokens_per_s"] * fpt / (doc["run"]["world_size"] * peak)))
+    if gpu:
+        rows.append(_row("peak memory per GPU", "GiB", mem["total_gib"], (max_allocated_bytes(Path(run)) or 0) / 2**30 or None))
+    else:
+        from workbench.plan.calibrate import trace_frames
+
+        per = trace_frames(run)["cpu_step_transient_bytes"].get(0) or []
+        measured = sorted(per)[len(per) // 2] / 2**30 if per else None
+        rows.append(_row("one step's allocations (rank 0)", "GiB", mem["transient_gib"], measured))
+    pred_bytes = sum(c["bytes_per_step"] for c in plan.get("collectives") or [])
+    meas_bytes = sum(c["bytes_per_step"] or 0 for c in doc.get("collectives") or [] if c["rank"] == 0)
+    if pred_bytes or meas_bytes:
+        rows.append(_row("collective bytes per step (rank 0)", "MB", pred_bytes / 1e6, meas_bytes / 1e6 or None))
+    exposed = t["tp_comm_ms"] + t["pp_comm_ms"] + t["dp_exposed_ms"]
+    if gpu and metrics.get("exposed_comm_pct") is not None and metrics.get("step_ms"):
+        rows.append(_row("exposed communication", "% of step", 100 * exposed / t["step_ms"], metrics["exposed_comm_pct"]))
+    return {"json_schema": JSON_SCHEMA, "run": str(run), "plan_layout": plan["layout_key"], "run_layout": run_layout,
+            "layout_matches": None if run_layout is None else run_layout == plan["layout_key"],
+            "efficiencies": plan_doc["efficiencies"]["source"], "rows": rows}
+
+
+def cmd_compare_plan(args) -> int:
+    """The ``workbench compare RUN PLAN.json`` form (called by workbench.compare's command)."""
+    import sys
+
+    doc = compare_run_plan(args.a, json.loads(Path(args.b).read_text()))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(stderr=True, highlight=False)
+    t = Table(title=f"{Path(args.a).name} against its plan ({doc['plan_layout']}, efficiencies {doc['efficiencies']})",
+              title_justify="left")
+    for c in ("metric", "predicted", "measured", "error"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+
+    def f(v) -> str:
+        return "–" if v is None else f"{v:,.4g}"
+
+    for r in doc["rows"]:
+        t.add_row(f"{r['metric']} ({r['unit']})", f(r["predicted"]), f(r["measured"]),
+                  "–" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%")
+    con.print(t)
+    if doc["layout_matches"] is False:
+        con.print(f"[yellow]note:[/] the run's layout is {doc['run_layout']}, the plan's {doc['plan_layout']}")
+    return 0

@@ -1,0 +1,135 @@
+"""A plan as JSON (schema ``workbench.plan/1``) and as text.
+
+    {"json_schema": "workbench.plan/1",
+     "model": {name, layers, hidden, heads, vocab, seq, ffn, kv_heads, gated, tied, params,
+               model_flops_per_token},
+     "cluster": {gpu, gpus, gpus_per_node, intra_node_gbps, inter_node_gbps, memory_gib,
+                 usable_memory_gib, peak_tflops: {dtype: TFLOP/s}, hbm_tb_s, links},
+     "global_batch": int, "tokens_per_step": int, "stack": str, "dtype": str,
+     "efficiencies": {source: "defaults"|"calibrated", runs: [path], notes: [str], gemm,
+                      gemm_by_size: [{flops_per_call, share_of_peak}], attention, memory_bound,
+                      optimizer, host_s_per_kernel, kernels_per_layer, busbw_gb_s: {link: GB/s}},
+     "searched": int, "fitting": int,
+     "plans": [{"rank": int|null,         # null for a --layout that is not among the fitting ones
+                "given": bool,            # true for the --layout one (then plans[0])
+                "layout": {tp, pp, dp, zero, mb, recompute, sp, vpp, schedule}, "layout_key": str,
+                "problem": str|null,      # why it cannot run at all
+                "fits": bool,
+                "memory": {weights_gib, gradients_gib, optimizer_gib, activations_gib, loss_gib,
+                           buffers_gib, total_gib, transient_gib, capacity_gib, stage, phase, fits,
+                           formulas: {component: str}},
+                "time": {step_ms, compute_ms, recompute_ms, tp_comm_ms, bubble_ms, pp_comm_ms,
+                         dp_comm_ms, dp_exposed_ms, optimizer_ms, host_ms, gemm_ms, attention_ms,
+                         memory_bound_ms, tokens_per_s, mfu, hfu, stage} | null,
+                "collectives": [{op, group, bytes, calls, ranks, link, when, bytes_per_step}]}],
+     "rejected": [{reason, count, example, detail}]}
+
+Keys are only ever added, never renamed or removed.
+"""
+
+from __future__ import annotations
+
+from workbench.plan.hardware import FIT_FRACTION
+from workbench.plan.search import Evaluated, Plan, collectives_of
+
+JSON_SCHEMA = "workbench.plan/1"
+
+
+def _plan_json(p: Plan, ev: Evaluated, rank: int | None, given: bool) -> dict:
+    mem = ev.memory.to_json()
+    return {"rank": rank, "given": given, "layout": ev.layout.to_json(), "layout_key": ev.layout.key(),
+            "problem": ev.problem, "fits": ev.memory.fits and ev.problem is None, "memory": mem,
+            "time": ev.time.to_json() if ev.time else None,
+            "collectives": [c.to_json() for c in collectives_of(p.request, ev)] if ev.problem is None else []}
+
+
+def to_json(p: Plan) -> dict:
+    r, m, c = p.request, p.request.model, p.request.cluster
+    plans = []
+    ranked = p.ranked[: r.top]
+    if p.given is not None:
+        pos = next((i for i, e in enumerate(p.ranked) if e.layout == p.given.layout), None)
+        plans.append(_plan_json(p, p.given, None if pos is None else pos + 1, True))
+    plans += [_plan_json(p, e, i + 1, False) for i, e in enumerate(ranked)]
+    return {
+        "json_schema": JSON_SCHEMA,
+        "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
+                  "seq": m.seq, "ffn": m.ffn_hidden, "kv_heads": m.kv, "gated": m.gated, "tied": m.tied,
+                  "params": m.params(), "model_flops_per_token": m.model_flops_per_token()},
+        "cluster": {"gpu": c.gpu.name, "gpus": c.gpus, "gpus_per_node": c.gpus_per_node,
+                    "intra_node_gbps": c.intra_gbps, "inter_node_gbps": c.inter_gbps,
+                    "memory_gib": round(c.gpu.memory_gib, 2), "usable_memory_gib": round(FIT_FRACTION * c.gpu.memory_gib, 2),
+                    "peak_tflops": c.gpu.tflops, "hbm_tb_s": c.gpu.hbm_tb_s, "peaks_source": c.gpu.source,
+                    "links": c.links_source},
+        "global_batch": r.global_batch, "tokens_per_step": r.global_batch * m.seq, "stack": r.stack, "dtype": r.dtype,
+        "efficiencies": r.efficiencies.to_json(),
+        "searched": p.searched, "fitting": p.fitting,
+        "plans": plans,
+        "rejected": [{"reason": x.reason, "count": x.count, "example": x.example, "detail": x.detail} for x in p.losses],
+    }
+
+
+def short_key(lay: dict) -> str:
+    """A layout in a few characters: ``tp8 pp16 dp64 z1 mb1 sel sp v2``."""
+    rc = {"none": "", "selective": " sel", "full": " full"}[lay["recompute"]]
+    s = f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} z{lay['zero']} mb{lay['mb']}{rc}"
+    s += " sp" if lay["sp"] else ""
+    if lay["pp"] > 1:
+        s += f" v{lay['vpp']}" if lay["vpp"] > 1 else (" gpipe" if lay.get("schedule") == "gpipe" else "")
+    return s
+
+
+def print_plan(doc: dict, con) -> None:
+    """The plan document as tables (rich console)."""
+    from rich.table import Table
+
+    m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
+    con.print(f"[bold]{m['name']}[/]: {m['params'] / 1e9:.2f}B parameters (L {m['layers']}, h {m['hidden']}, "
+              f"a {m['heads']}, V {m['vocab']}, s {m['seq']}) on {c['gpus']} x {c['gpu']} "
+              f"({c['gpus_per_node']} per node, {c['memory_gib']:.0f} GiB; links {c['intra_node_gbps']:.0f} / "
+              f"{c['inter_node_gbps']:.0f} Gbit/s), global batch {doc['global_batch']} "
+              f"({doc['tokens_per_step']:,} tokens), stack {doc['stack']} {doc['dtype']}")
+    if e["source"] == "defaults":
+        con.print(f"efficiencies: [yellow]datasheet peaks x stated defaults[/] (GEMM {e['gemm']:.0%}, attention "
+                  f"{e['attention']:.0%}, memory-bound {e['memory_bound']:.0%} of HBM); --calibrate RUN measures yours")
+    else:
+        con.print(f"efficiencies: [green]calibrated[/] on {', '.join(e['runs'])}")
+        for n in e["notes"]:
+            con.print(f"  {n}")
+    con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
+              f"{c['usable_memory_gib']:.0f} GiB")
+    t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "
+                                           "and in --json)")
+    for col in ("#", "layout", "weights", "grads", "optim", "activ", "total", "step ms", "compute", "TP",
+                "bubble", "DP exp", "MFU", "tokens/s"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for p in doc["plans"]:
+        mem, tm = p["memory"], p["time"]
+        rank = "given" if p["given"] else str(p["rank"])
+        if p["given"] and p["rank"]:
+            rank = f"given ({p['rank']})"
+        cells = [rank, short_key(p["layout"]), f"{mem['weights_gib']:.1f}", f"{mem['gradients_gib']:.1f}",
+                 f"{mem['optimizer_gib']:.1f}", f"{mem['activations_gib'] + mem['loss_gib'] + mem['buffers_gib']:.1f}",
+                 ("" if p["fits"] else "[red]") + f"{mem['total_gib']:.1f}" + ("" if p["fits"] else "[/]")]
+        if tm:
+            cells += [f"{tm['step_ms']:,.0f}", f"{tm['compute_ms']:,.0f}", f"{tm['tp_comm_ms']:,.0f}",
+                      f"{tm['bubble_ms']:,.0f}", f"{tm['dp_exposed_ms']:,.0f}", f"{tm['mfu']:.1%}",
+                      f"{tm['tokens_per_s']:,.0f}"]
+        else:
+            cells += ["–"] * 7
+        t.add_row(*cells)
+    con.print(t)
+    for p in doc["plans"][:2]:
+        if p["problem"]:
+            con.print(f"[red]{p['layout_key']}: cannot run: {p['problem']}[/]")
+            continue
+        mem = p["memory"]
+        con.print(f"[bold]{'given' if p['given'] else '#' + str(p['rank'])} {p['layout_key']}[/]: "
+                  f"peak {mem['total_gib']:.1f} GiB at {mem['phase']} on stage {mem['stage']}"
+                  + ("" if p["fits"] else f" — [red]does not fit in {c['usable_memory_gib']:.0f} GiB[/]"))
+        for k, f in mem["formulas"].items():
+            con.print(f"    {k}: {f}")
+    if doc["rejected"]:
+        con.print("[bold]why the others lost[/]")
+        for x in doc["rejected"]:
+            con.print(f"  {x['count']:>6,} {x['reason']}: e.g. {x['example']} — {x['detail']}")

@@ -1,0 +1,50 @@
+"""The planner's inputs from flags or widgets: model, cluster, batch, stack, efficiencies, layout."""
+
+from __future__ import annotations
+
+
+def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str | None = None, gpus_per_node: int = 8,
+                  intra_node_gbps: float | None = None, inter_node_gbps: float | None = None,
+                  global_batch: int | None = None, seq: int | None = None, top: int = 5, layout: str | None = None,
+                  calibrate: list | None = None, stack: str | None = None, dtype: str = "bf16",
+                  flash_attention: bool = False, dp_overlap: bool = False, from_run: str | None = None):
+    """The PlanRequest that ``workbench plan``'s flags (and the app's Plan page) describe."""
+    from workbench.errors import WorkbenchError
+    from workbench.plan.hardware import make_cluster
+    from workbench.plan.layout import fill_dp, parse_layout
+    from workbench.plan.model import model_spec
+    from workbench.plan.search import PlanRequest
+    from workbench.plan.timing import Efficiencies
+
+    case = None
+    if from_run:
+        from workbench.plan.engine_runs import engine_case
+
+        case = engine_case(from_run)
+    if case is None and not model:
+        raise WorkbenchError("plan: give MODEL (a preset or a key list) or --from-run RUN")
+    spec = (model_spec(model) if model else case.model).with_seq(seq)
+    gpus = gpus or (case.world if case else None)
+    gpu = gpu or (case.device_name if case else None)
+    if not gpus or not gpu:
+        raise WorkbenchError("plan: --gpus N and --gpu NAME are needed (an engine run on CPU names no GPU)")
+    cluster = make_cluster(gpu, gpus, gpus_per_node, intra_node_gbps, inter_node_gbps)
+    batch = global_batch or (case.global_batch if case else max(gpus, (1 << 20) // spec.seq))
+    eff = Efficiencies()
+    if calibrate:
+        from workbench.plan.calibrate import calibrate as measure
+
+        eff = measure(calibrate)
+    stack = stack or ("torch" if case else "megatron")
+    dtype = case.stack.dtype if (case and dtype == "bf16") else dtype
+    given = None
+    if layout:
+        given = fill_dp(parse_layout(layout), gpus, explicit_dp="dp=" in layout.replace(" ", ""))
+    elif case:
+        given = case.layout
+    # with --from-run, the run's own layout is evaluated with its exact stack (autocast or FSDP2,
+    # DDP buckets, optimizer) unless another stack was asked for
+    run_stack = case.stack if (case and given == case.layout and stack == "torch") else None
+    return PlanRequest(model=spec, cluster=cluster, global_batch=batch, stack=stack, dtype=dtype, efficiencies=eff,
+                       top=max(1, top), layout=given, flash_attention=flash_attention or None,
+                       dp_overlap=dp_overlap or None, run_stack=run_stack)

@@ -1,0 +1,207 @@
+"""The search: every layout of a model on a cluster, those that fit ranked by predicted step time,
+and why the others lost.
+
+The space (Narayanan et al. 2021, §3, name these trade-offs): tensor parallel inside a node
+(powers of two dividing the heads), pipeline stages (1F1B or GPipe; uneven stages allowed), data parallel over the
+rest (dividing the global batch), micro-batch sizes, interleaving (layers per stage divisible by
+vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel.
+Memory is checked first (cheap); only layouts that fit are timed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workbench.errors import WorkbenchError
+from workbench.plan.comm import collectives
+from workbench.plan.hardware import FIT_FRACTION, Cluster
+from workbench.plan.layout import RECOMPUTE, Layout, Stack, stack_for
+from workbench.plan.memory import MemoryBreakdown, memory
+from workbench.plan.model import ModelSpec
+from workbench.plan.timing import Efficiencies, StepTime, step_time
+
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
+
+
+@dataclass(kw_only=True, slots=True)
+class PlanRequest:
+    model: ModelSpec
+    """What is trained (its ``seq`` is the sequence length used)."""
+    cluster: Cluster
+    global_batch: int
+    """Sequences per optimizer step."""
+    stack: str = "megatron"
+    """megatron | torch (see workbench.plan.layout)."""
+    dtype: str = "bf16"
+    """Compute dtype."""
+    efficiencies: Efficiencies = field(default_factory=Efficiencies)
+    top: int = 5
+    """Layouts to report."""
+    layout: Layout | None = None
+    """A layout to evaluate whatever the search finds (``--layout``)."""
+    flash_attention: bool | None = None
+    """Megatron stack: fused attention (newer Megatron-LM / Transformer Engine); default: not (2021-22)."""
+    dp_overlap: bool | None = None
+    """Megatron stack: data-parallel reduction overlaps backward (newer Megatron-LM); default: not."""
+    run_stack: Stack | None = None
+    """The exact stack of an engine run (``--from-run``), used for ``layout``."""
+
+    def __post_init__(self) -> None:
+        if self.global_batch < 1:
+            raise WorkbenchError("--global-batch must be >= 1")
+
+    def stack_for(self, layout: Layout) -> Stack:
+        if self.run_stack is not None and layout == self.layout:
+            return self.run_stack
+        return stack_for(self.stack, self.dtype, layout, flash_attention=self.flash_attention, dp_overlap=self.dp_overlap)
+
+
+@dataclass(kw_only=True, slots=True)
+class Evaluated:
+    layout: Layout
+    stack: Stack
+    memory: MemoryBreakdown
+    time: StepTime | None = None
+    """None for a layout that does not fit (not timed), unless it was given."""
+    problem: str | None = None
+    """Why the layout cannot run at all (divisibility), else None."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Loss:
+    """One reason layouts lost to the best."""
+
+    reason: str
+    """does not fit | recomputation | compute | tensor-parallel communication | pipeline bubble |
+    pipeline p2p | exposed data-parallel communication | optimizer | host."""
+    count: int
+    example: str
+    """The best layout (--layout spelling) that lost for this reason."""
+    detail: str
+    """Numbers: how far it lost (s) or how much memory it needs."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    request: PlanRequest
+    ranked: list[Evaluated]
+    """Layouts that fit, fastest first (all of them; the report shows ``top``)."""
+    given: Evaluated | None
+    """The ``--layout`` one, evaluated whether or not it fits."""
+    losses: list[Loss]
+    searched: int
+    """Layouts considered."""
+    fitting: int
+
+
+def check_layout(m: ModelSpec, layout: Layout, global_batch: int) -> str | None:
+    """Why ``layout`` cannot run ``m`` at this batch, or None."""
+    if m.heads % layout.tp:
+        return f"tp={layout.tp} does not divide the {m.heads} heads"
+    if m.kv % layout.tp and layout.tp % m.kv:
+        return f"tp={layout.tp} and the {m.kv} kv heads do not divide each other"
+    if layout.pp > m.layers:
+        return f"pp={layout.pp} > {m.layers} layers"
+    if global_batch % (layout.dp * layout.mb):
+        return f"the global batch {global_batch} is not divisible by dp x mb = {layout.dp * layout.mb}"
+    if layout.vpp > 1:
+        if -(-m.layers // layout.pp) < layout.vpp:
+            return f"{-(-m.layers // layout.pp)} layers per stage cannot make {layout.vpp} virtual stages"
+        if layout.microbatches(global_batch) % layout.pp:
+            return f"interleaving needs the micro-batches ({layout.microbatches(global_batch)}) divisible by pp"
+    return None
+
+
+def evaluate(req: PlanRequest, layout: Layout, timed: bool = True) -> Evaluated:
+    """Memory and (when it fits, or ``timed``) step time of one layout."""
+    problem = check_layout(req.model, layout, req.global_batch)
+    if layout.gpus != req.cluster.gpus:
+        problem = problem or f"tp x pp x dp = {layout.gpus}, not the {req.cluster.gpus} GPUs"
+    stack = req.stack_for(layout)
+    mem = memory(req.model, layout, stack, req.global_batch, req.cluster.gpu.memory_bytes, FIT_FRACTION)
+    ev = Evaluated(layout=layout, stack=stack, memory=mem, problem=problem)
+    if problem is None and (mem.fits or timed):
+        ev.time = step_time(req.model, layout, stack, req.global_batch, req.cluster, req.efficiencies)
+    return ev
+
+
+def layouts(req: PlanRequest) -> list[Layout]:
+    """Every layout of the search space that can run (see the module docstring)."""
+    m, n, B = req.model, req.cluster.gpus, req.global_batch
+    out = []
+    tps = [t for t in (1, 2, 4, 8, 16) if t <= min(n, req.cluster.gpus_per_node) and check_layout(m, Layout(tp=t), 1) is None]
+    for tp in tps:
+        # stages may be uneven (the first take one more layer), as the engine and Llama 3 split them;
+        # Megatron-LM itself wants L divisible by pp (x vpp): the slowest stage sets the pace
+        for pp in (p for p in range(1, m.layers + 1) if n % (tp * p) == 0):
+            dp = n // (tp * pp)
+            if B % dp:
+                continue
+            for mb in (b for b in MICRO_BATCHES if (B // dp) % b == 0):
+                mbs = B // (dp * mb)
+                for vpp in VIRTUAL_STAGES:
+                    if vpp > 1 and (pp == 1 or -(-m.layers // pp) < vpp or mbs % pp):
+                        continue
+                    # DeepSpeed and Megatron-LM run ZeRO-2/3 without pipelining; FSDP2 runs under it
+                    for zero in ((0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)):
+                        if zero and dp == 1:
+                            continue
+                        for recompute in RECOMPUTE:
+                            for sp in ((False, True) if tp > 1 else (False,)):
+                                # GPipe takes as long as 1F1B and holds all m micro-batches: it only
+                                # ever loses on memory, which the table of losers then says
+                                for schedule in (("1f1b", "gpipe") if pp > 1 and vpp == 1 else ("1f1b",)):
+                                    out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute,
+                                                      sp=sp, vpp=vpp, schedule=schedule))
+    return out
+
+
+COMPONENTS = (("recompute_s", "recomputation"), ("compute_s", "compute"), ("tp_comm_s", "tensor-parallel communication"),
+              ("bubble_s", "pipeline bubble"), ("pp_comm_s", "pipeline p2p"),
+              ("dp_exposed_s", "exposed data-parallel communication"), ("optimizer_s", "optimizer"), ("host_s", "host"))
+
+
+def _why(ev: Evaluated, best: Evaluated) -> tuple[str, float]:
+    """The component in which ``ev`` loses most to ``best`` (compute net of recomputation)."""
+    def parts(e: Evaluated) -> dict[str, float]:
+        t = e.time
+        d = {k: getattr(t, k) for k, _ in COMPONENTS}
+        d["compute_s"] -= d["recompute_s"]
+        return d
+    a, b = parts(ev), parts(best)
+    key = max(a, key=lambda k: a[k] - b[k])
+    return dict(COMPONENTS)[key], a[key] - b[key]
+
+
+def plan(req: PlanRequest) -> Plan:
+    """Search, rank, explain (and evaluate ``req.layout`` when given)."""
+    candidates = layouts(req)
+    evaluated = [evaluate(req, lay, timed=False) for lay in candidates]
+    # ties (GPipe and its 1F1B twin take equally long) go to the layout that needs less memory
+    fit = sorted((e for e in evaluated if e.time is not None), key=lambda e: (round(e.time.step_s, 9), e.memory.total))
+    given = evaluate(req, req.layout, timed=True) if req.layout else None
+    losses: list[Loss] = []
+    too_big = [e for e in evaluated if e.time is None]
+    if too_big:
+        small = min(too_big, key=lambda e: e.memory.total)
+        losses.append(Loss(reason="does not fit", count=len(too_big), example=small.layout.key(),
+                           detail=f"the closest needs {small.memory.total / 2**30:.2f} GiB, "
+                                  f"{(small.memory.total - FIT_FRACTION * req.cluster.gpu.memory_bytes) / 2**20:,.0f} MiB "
+                                  f"over the {FIT_FRACTION * req.cluster.gpu.memory_gib:.2f} GiB usable"))
+    if fit:
+        best = fit[0]
+        by_reason: dict[str, list[tuple[Evaluated, float]]] = {}
+        for e in fit[1:]:
+            reason, excess = _why(e, best)
+            by_reason.setdefault(reason, []).append((e, excess))
+        for reason, items in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            e, excess = min(items, key=lambda it: it[0].time.step_s)
+            losses.append(Loss(reason=reason, count=len(items), example=e.layout.key(),
+                               detail=f"its best is {e.time.step_s / best.time.step_s:.2f}x the best step "
+                                      f"({excess * 1e3:+.0f} ms of {reason})"))
+    return Plan(request=req, ranked=fit, given=given, losses=losses, searched=len(candidates), fitting=len(fit))
+
+
+def collectives_of(req: PlanRequest, ev: Evaluated, stage: int = 0):
+    return collectives(req.model, ev.layout, ev.stack, req.global_batch, req.cluster, stage)

@@ -1,0 +1,315 @@
+"""Step time of a layout: compute, tensor-parallel communication, pipeline bubble and p2p,
+exposed data-parallel communication, the optimizer, the host.
+
+One micro-batch on one pipeline stage costs, per block, its matmuls (forward, and twice that in
+backward: input and weight gradients), attention's score matmuls, the memory-bound kernels
+(norms, activations, residual adds, casts), recomputation, and the tensor-parallel collectives,
+which sit on the critical path (Megatron-LM does not overlap them). The last stage adds the head
+and the loss. The pipeline runs m micro-batches through p stages in ``(m + (p−1)/v)`` stage-times
+(GPipe and 1F1B alike; v virtual stages divide the bubble, Narayanan et al. 2021, §2.2);
+data-parallel reduction overlaps the last micro-batch's backward when the stack overlaps it
+(DDP buckets, FSDP) and is exposed otherwise; then the optimizer streams its state once.
+
+Each kind of kernel runs at a stated share of the device's datasheet peak (:class:`Efficiencies`)
+until ``--calibrate`` replaces it by what a run measured.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass, field
+
+from workbench.plan.comm import Collective, call_seconds, collectives
+from workbench.plan.hardware import Cluster
+from workbench.plan.layout import Layout, Stack, dtype_bytes
+from workbench.plan.memory import stage_layers, _stage_params
+from workbench.plan.model import ModelSpec
+
+DEFAULT_GEMM = 0.80
+"""Share of the dense peak large matmuls reach: a bf16 8192³ matmul ran at 787 TFLOP/s on the
+H200 (NOTES.md, 0.80 of 989), and the engine's matmuls at 78 % in traces/case_gpu_2_preload_shm."""
+DEFAULT_ATTENTION = 0.50
+"""Fused attention (FlashAttention-2/3, cuDNN) forward + backward: half the peak, as
+workbench's attention_math rule assumes."""
+DEFAULT_MEMORY = 0.70
+"""Share of HBM bandwidth memory-bound kernels (norms, activations, casts, the optimizer) reach."""
+OPTIMIZER_BYTES_PER_PARAM = {"torch": 40.0, "megatron": 42.0}
+"""AdamW streams per parameter: fp32 weight, gradient, two moments read and written (28 B, torch's
+fused kernel), the gradient-norm and clipping passes (12 B); Megatron-LM adds the bf16 copy."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Efficiencies:
+    """Shares of the datasheet peaks each kind of kernel reaches: the defaults above, or measured."""
+
+    gemm: float = DEFAULT_GEMM
+    """Matmuls, share of the dtype's dense peak (used where no measured size is near)."""
+    gemm_by_size: tuple[tuple[float, float], ...] = ()
+    """Measured (FLOPs per call, share of peak), sorted: interpolated in log(FLOPs)."""
+    attention: float = DEFAULT_ATTENTION
+    """Fused attention kernels, share of the peak."""
+    memory_bound: float = DEFAULT_MEMORY
+    """Memory-bound kernels (layers and loss), share of HBM bandwidth for the bytes this model counts."""
+    optimizer: float = DEFAULT_MEMORY
+    """The optimizer's kernels, same convention."""
+    host_s_per_kernel: float = 0.0
+    """Host time per kernel launched (0: the host never sets the pace)."""
+    kernels_per_layer: float = 0.0
+    """Kernels one block launches per micro-batch (forward + backward), measured."""
+    busbw: dict[str, float] = field(default_factory=dict)
+    """Measured collective bus bandwidth by link (intra / inter), bytes/s."""
+    source: str = "defaults"
+    """defaults | calibrated."""
+    runs: tuple[str, ...] = ()
+    """Runs measured."""
+    notes: tuple[str, ...] = ()
+    """What was measured and what stayed a default, one line each."""
+
+    def gemm_share(self, flops: float) -> float:
+        pts = self.gemm_by_size
+        if not pts:
+            return self.gemm
+        xs = [math.log(p[0]) for p in pts]
+        x = math.log(max(flops, 1.0))
+        i = bisect.bisect_left(xs, x)
+        if i == 0:
+            return pts[0][1]
+        if i == len(pts):
+            return pts[-1][1]
+        w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return pts[i - 1][1] * (1 - w) + pts[i][1] * w
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["gemm_by_size"] = [{"flops_per_call": f, "share_of_peak": round(e, 4)} for f, e in self.gemm_by_size]
+        d["busbw_gb_s"] = {k: round(v / 1e9, 2) for k, v in d.pop("busbw").items()}
+        return d
+
+
+@dataclass(kw_only=True, slots=True)
+class StepTime:
+    """Predicted time of one optimizer step (seconds) and where it goes."""
+
+    step_s: float
+    """The step."""
+    compute_s: float
+    """Kernels of the slowest stage's micro-batches: matmuls, attention, memory-bound, recompute."""
+    recompute_s: float
+    """The part of compute_s that recomputes activations."""
+    tp_comm_s: float
+    """Tensor-parallel collectives (on the critical path)."""
+    bubble_s: float
+    """Pipeline fill and drain: (p − 1)/v stage-times."""
+    pp_comm_s: float
+    """Pipeline sends and receives."""
+    dp_comm_s: float
+    """Data-parallel (ZeRO) communication, all of it."""
+    dp_exposed_s: float
+    """The part of dp_comm_s not hidden behind compute."""
+    optimizer_s: float
+    """The optimizer step."""
+    host_s: float
+    """Time the GPU waits on the host beyond the rest (launch-bound steps)."""
+    gemm_s: float
+    """Matmul time within compute_s (incl. the head)."""
+    attention_s: float
+    """Attention kernels within compute_s."""
+    memory_bound_s: float
+    """Memory-bound kernels within compute_s (incl. the loss)."""
+    tokens_per_s: float
+    """Global batch tokens / step."""
+    mfu: float
+    """Model FLOPs (6N + 12·L·h·s per token, PaLM) / (step · GPUs · bf16 dense peak)."""
+    hfu: float
+    """FLOPs the GPUs ran (recomputation included) over the same peak."""
+    stage: int
+    """The slowest pipeline stage."""
+
+    def to_json(self) -> dict:
+        out = {}
+        for k, v in asdict(self).items():
+            if k.endswith("_s") and k != "tokens_per_s":
+                out[k[:-2] + "_ms"] = round(v * 1e3, 4)
+            else:
+                out[k] = round(v, 4) if isinstance(v, float) else v
+        return out
+
+
+@dataclass(kw_only=True, slots=True)
+class _MicroBatch:
+    """One micro-batch on one stage (seconds)."""
+
+    gemm: float = 0.0
+    attention: float = 0.0
+    memory: float = 0.0
+    recompute: float = 0.0
+    tp: float = 0.0
+    backward: float = 0.0
+    """Backward kernels (the window data-parallel reduction can hide behind)."""
+    forward: float = 0.0
+    hw_flops: float = 0.0
+
+    @property
+    def kernels(self) -> float:
+        return self.gemm + self.attention + self.memory
+
+    @property
+    def total(self) -> float:
+        return self.kernels + self.tp
+
+
+def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Cluster, eff: Efficiencies) -> float:
+    """One matmul: FLOPs at the measured share for its size, or the roofline with the default."""
+    flops = 2.0 * M * N * K * batch
+    peak = cluster.gpu.peak_flops(dtype)
+    if eff.gemm_by_size:
+        return flops / (peak * eff.gemm_share(flops / batch))
+    c = dtype_bytes(dtype)
+    moved = c * (M * K + K * N + M * N) * batch
+    return max(flops / (peak * eff.gemm), moved / (cluster.gpu.hbm_tb_s * 1e12 * eff.memory_bound))
+
+
+def _gemms(m: ModelSpec, stack: Stack, t: int) -> list[tuple[float, float]]:
+    """(N, K) of one block's matmuls on a tp shard, the token dimension aside."""
+    h, f, kvd = m.hidden, m.ffn_hidden, m.kv * m.head_dim
+    attn = [(m.qkv_out / t, h)] if stack.fused_qkv else [(h / t, h), (kvd / t, h), (kvd / t, h)]
+    up = [(2 * f / t, h)] if (m.gated and stack.fused_kernels) else [(f / t, h)] * (2 if m.gated else 1)
+    return attn + [(h, h / t)] + up + [(h, f / t)]
+
+
+def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int) -> tuple[float, float]:
+    """(forward, backward) bytes the memory-bound kernels of one block move per token."""
+    c, r, h, t = dtype_bytes(stack.dtype), stack.residual_bytes, m.hidden, layout.tp
+    f = m.ffn_hidden / t
+    sh = 1 / t if layout.sp else 1.0
+    act = (3 if m.gated else 2) * c * f
+    if stack.fused_kernels:
+        # fused norm (read + write), bias-dropout-add (2 reads, a write, the mask) twice, bias-activation
+        fwd = (2 * 2 * c + 2 * (3 * c + (1 if stack.dropout else 0))) * h * sh + act
+    else:
+        casts = (stack.cast_copies + 1) * (r + c) * h if stack.autocast_weight_copies else 0.0
+        # two norms (r in, r out), two residual adds (r + c in, r out), the attention output copy, GELU
+        fwd = 2 * 2 * r * h + 2 * (2 * r + c) * h + 2 * c * h / t + act + casts
+    bwd = 2 * fwd
+    if not stack.flash_attention:
+        scores = m.heads * seq / t
+        fwd += (4 * c + (1 if stack.dropout else 0)) * scores   # softmax (+ dropout) over the s x s scores
+        bwd += (5 * c + (1 if stack.dropout else 0)) * scores
+    return fwd, bwd
+
+
+def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, eff: Efficiencies, stage: int,
+                 tp_calls: list[Collective], mbs: int) -> _MicroBatch:
+    L = stage_layers(m.layers, layout.pp, stage)
+    t, s, M = layout.tp, m.seq, layout.mb * m.seq
+    dtype = "tf32" if stack.dtype == "tf32" else stack.dtype
+    hbm = cluster.gpu.hbm_tb_s * 1e12
+    out = _MicroBatch()
+    gemm_f = sum(_gemm_s(M, n, k, 1, dtype, cluster, eff) for n, k in _gemms(m, stack, t))
+    layer_flops = m.layer_gemm_flops() / t * M
+    if stack.flash_attention:
+        attn_flops = m.attention_flops(s) / t * M * 0.5  # causal: flash kernels skip the masked half
+        attn_f = attn_flops / (cluster.gpu.peak_flops("fp32" if dtype in ("fp32", "tf32") else dtype) * eff.attention)
+        attn_b = 2.5 * attn_f  # backward: five matmuls to forward's two (FlashAttention-2, §3.1)
+        attn_hw = 3.5 * attn_flops
+    else:
+        # unfused: the two batched matmuls QKᵀ and AV over the whole square
+        hd, heads = m.head_dim, layout.mb * m.heads / t
+        attn_f = _gemm_s(s, s, hd, heads, dtype, cluster, eff) + _gemm_s(s, hd, s, heads, dtype, cluster, eff)
+        attn_b = 2 * attn_f
+        attn_hw = 3 * m.attention_flops(s) / t * M
+    mem_f, mem_b = (b * M / (hbm * eff.memory_bound) for b in _layer_memory_bytes(m, stack, layout, s))
+    if stack.autocast_weight_copies:  # bf16 copies of the fp32 weights, and the fp32 gradients back
+        w = 12 * (m.layer_params() / t) / (hbm * eff.memory_bound)
+        mem_f, mem_b = mem_f + w / 2, mem_b + w / 2
+    fwd = gemm_f + attn_f + mem_f
+    rec = {"none": 0.0, "selective": attn_f + (0 if stack.flash_attention else mem_f * 0.5), "full": fwd}[layout.recompute]
+    rec_flops = {"none": 0.0, "selective": attn_hw / 3.5 if stack.flash_attention else attn_hw / 3,
+                 "full": layer_flops + attn_hw / (3.5 if stack.flash_attention else 3)}[layout.recompute]
+    out.gemm = L * 3 * gemm_f
+    out.attention = L * (attn_f + attn_b)
+    out.memory = L * (mem_f + mem_b)
+    out.recompute = L * rec
+    out.forward = L * fwd
+    out.backward = L * (2 * gemm_f + attn_b + mem_b + rec)
+    out.hw_flops = L * (3 * layer_flops + attn_hw + rec_flops)
+    # recompute's kernels are in the totals too (what the GPU runs)
+    out.gemm += L * (gemm_f if layout.recompute == "full" else 0.0)
+    out.attention += L * (attn_f if layout.recompute != "none" else 0.0)
+    out.memory += L * (mem_f if layout.recompute == "full" else 0.0)
+    c = dtype_bytes(stack.dtype)
+    if stage == layout.pp - 1:  # the head and the loss
+        V = m.vocab / (t if stack.vocab_parallel else 1)
+        head = _gemm_s(M, V, m.hidden, 1, dtype, cluster, eff)
+        per_logit = 24.0 if stack.fused_kernels else 2 * c + 36.0  # fp32 log-softmax, its backward, the casts
+        loss = per_logit * M * V / (hbm * eff.memory_bound)
+        out.gemm += 3 * head
+        out.memory += loss
+        out.forward += head + loss / 3
+        out.backward += 2 * head + loss * 2 / 3
+        out.hw_flops += 3 * 2 * M * V * m.hidden
+    if stage == 0:  # embedding lookup and its gradient (fp32 scatter-add)
+        emb = (c + 8) * M * m.hidden / (hbm * eff.memory_bound)
+        out.memory += emb
+        out.backward += emb / 2
+    out.tp = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in tp_calls) / mbs
+    return out
+
+
+def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, cluster: Cluster,
+              eff: Efficiencies) -> StepTime:
+    mbs = layout.microbatches(global_batch)
+    p, v = layout.pp, layout.vpp
+    per_stage = {}
+    for stage in sorted({0, p - 1}):
+        calls = collectives(m, layout, stack, global_batch, cluster, stage)
+        mb = _micro_batch(m, layout, stack, cluster, eff, stage, [x for x in calls if x.group == "tp"], mbs)
+        per_stage[stage] = (mb, calls)
+    stage = max(per_stage, key=lambda k: per_stage[k][0].total)
+    mb, calls = per_stage[stage]
+    pipe = (mbs + (p - 1) / v) * mb.total
+    bubble = (p - 1) / v * mb.total
+    p2p = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "pp")
+    dp_calls = [x for x in calls if x.group == "dp"]
+    dp_total = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in dp_calls)
+    dp_exposed = _dp_exposed(dp_calls, cluster, eff, stack, mb, mbs)
+    psi = _stage_params(m, layout, stack, stage)[0] / (layout.dp if layout.zero >= 1 else 1)
+    optimizer = OPTIMIZER_BYTES_PER_PARAM.get(stack.name, 40.0) * psi / (cluster.gpu.hbm_tb_s * 1e12 * eff.optimizer)
+    gpu = pipe + p2p + dp_exposed + optimizer
+    host = 0.0
+    if eff.host_s_per_kernel and eff.kernels_per_layer:
+        L = stage_layers(m.layers, p, stage)
+        launches = eff.kernels_per_layer * L * mbs * (1.33 if layout.recompute == "full" else 1.0)
+        host = max(0.0, launches * eff.host_s_per_kernel - gpu)
+    step = gpu + host
+    tokens = global_batch * m.seq
+    peak = cluster.gpu.peak_flops("bf16")
+    model_flops = m.model_flops_per_token() * tokens
+    hw = mb.hw_flops * mbs * layout.dp * layout.pp * layout.tp  # every GPU runs its stage's share
+    return StepTime(step_s=step, compute_s=mbs * mb.kernels, recompute_s=mbs * mb.recompute, tp_comm_s=mbs * mb.tp,
+                    bubble_s=bubble, pp_comm_s=p2p, dp_comm_s=dp_total, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
+                    host_s=host, gemm_s=mbs * mb.gemm, attention_s=mbs * mb.attention, memory_bound_s=mbs * mb.memory,
+                    tokens_per_s=tokens / step, mfu=model_flops / (step * cluster.gpus * peak),
+                    hfu=hw / (step * cluster.gpus * peak) if hw else 0.0, stage=stage)
+
+
+def _dp_exposed(dp_calls: list[Collective], cluster: Cluster, eff: Efficiencies, stack: Stack, mb: _MicroBatch,
+                mbs: int) -> float:
+    """Data-parallel time not hidden: everything when the stack does not overlap it; else what
+    exceeds the compute it runs beside (gradient reduction: the last micro-batch's backward, or
+    every backward when it reduces after each; ZeRO-3's gathers: forward and backward), plus the
+    last call, which nothing follows."""
+    secs = {w: 0.0 for w in ("forward", "backward", "step")}
+    last = 0.0
+    for x in dp_calls:
+        one = call_seconds(x, cluster, eff.busbw)
+        secs[x.when] += one * x.calls
+        last = max(last, one)
+    if not stack.dp_overlap:
+        return sum(secs.values())
+    window_b = mb.backward * (mbs if stack.dp_reduce_each_microbatch else 1)
+    if any(x.op == "all_gather" and x.when == "backward" for x in dp_calls):
+        window_b = mb.backward * mbs
+    exposed = max(0.0, secs["backward"] - window_b) + max(0.0, secs["forward"] - mb.forward * mbs) + secs["step"]
+    return exposed + (min(last, secs["backward"]) if secs["backward"] else 0.0)
