@@ -79,7 +79,7 @@ def measure(cmd: list[str], *, timeout_s: float | None = None, mem_cap: int | No
     """Run ``cmd`` in its own session and measure it as a tree.
 
     Returns wall_s, cpu_s (user + system of the process and the children it waited for),
-    peak_rss (sum over the tree, every 50 ms; at least GNU time's number),
+    peak_rss (sum over the tree, every 50 ms; at least GNU time's number), tree_rss (that sum alone),
     peak_pss (sum, ≥ 0.5 s apart; None with fewer than 3 samples, as for a sub-second process),
     max_proc_rss (largest single process: GNU time's number), max_procs, rc and status: ``ok``,
     ``failed`` (non-zero exit), ``timeout``
@@ -148,8 +148,9 @@ def measure(cmd: list[str], *, timeout_s: float | None = None, mem_cap: int | No
     err_f.close()
     status_word = killed[0] if killed else ("ok" if proc.returncode == 0 else "failed")
     # a process shorter than a few samples can peak between them: the largest process (wait4) bounds
-    # the tree's sum from below
-    return {"wall_s": round(wall, 3), "peak_rss": max(peak["rss"], ru.ru_maxrss * 1024),
+    # the tree's sum from below. ru_maxrss survives fork and exec: a command started from a big
+    # process reads at least that process's size there (tree_rss, the samples alone, does not)
+    return {"wall_s": round(wall, 3), "peak_rss": max(peak["rss"], ru.ru_maxrss * 1024), "tree_rss": peak["rss"],
             "peak_pss": peak["pss"] if peak["pss_n"] >= 3 else None, "pss_samples": peak["pss_n"],
             "max_proc_rss": ru.ru_maxrss * 1024, "max_procs": max(peak["procs"], 1),
             "sampler_cpu_s": round(peak["cpu_s"], 2), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),

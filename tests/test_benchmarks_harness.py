@@ -27,8 +27,9 @@ def test_memory_is_summed_over_the_process_tree():
     three, out3 = measure_ok([sys.executable, "-c", CHILDREN, "3"])
     assert out1.strip() == out3.strip() == "0" and three["max_procs"] >= 4
     # two more workers: ~120 MB more in the tree's sum, nothing more in GNU time's number (the
-    # largest single process)
-    assert three["peak_rss"] - one["peak_rss"] >= 100 << 20, (one, three)
+    # largest single process; it also holds the size of the process that started the command, as
+    # ru_maxrss survives fork and exec: under pytest, ~1.3 GB)
+    assert three["tree_rss"] - one["tree_rss"] >= 100 << 20, (one, three)
     assert abs(three["max_proc_rss"] - one["max_proc_rss"]) < 20 << 20, (one, three)
     assert three["wall_s"] >= 1.5 and three["cpu_s"] > 0
 
