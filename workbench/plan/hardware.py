@@ -70,7 +70,8 @@ class GpuSpec:
     """Where the peaks come from."""
 
     def peak_flops(self, dtype: str) -> float:
-        t = self.tflops.get(dtype) or self.tflops.get("bf16")
+        # a dtype the GPU lacks runs at its nearest: bf16 work in fp16 on a V100/T4, else fp32
+        t = self.tflops.get(dtype) or self.tflops.get("bf16") or self.tflops.get("fp16") or self.tflops["fp32"]
         return t * 1e12
 
     @property

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.errors import WorkbenchError
+from workbench.devices import resolve
 from workbench.peaks import DEVICES
 from workbench.plan.figures import memory_bars, step_split_bars
 from workbench.plan.model import PRESETS
@@ -49,7 +50,9 @@ def plan_page() -> None:
     model = c1.selectbox("Model", presets, index=presets.index(q.get("model", "gpt3-175b")) if q.get("model", "gpt3-175b") in presets else 0)
     keys = c1.text_input("…or a key list", value="", placeholder="L=32,h=4096,a=32,V=50304,s=4096")
     gpus_list = list(DEVICES)
-    gpu = c2.selectbox("GPU", gpus_list, index=gpus_list.index(q.get("gpu", "H100")) if q.get("gpu", "H100") in gpus_list else 0)
+    asked = q.get("gpu", "H100")  # a row name, or any name the device table resolves (?gpu=H100)
+    row = asked if asked in gpus_list else (resolve(asked).gpu.key if resolve(asked) else None)
+    gpu = c2.selectbox("GPU", gpus_list, index=gpus_list.index(row) if row in gpus_list else 0)
     gpus = int(c2.number_input("GPUs", min_value=1, value=int(q.get("gpus", 8192)), step=8))
     per_node = int(c3.number_input("GPUs per node", min_value=1, value=8))
     batch = int(c3.number_input("Global batch (sequences)", min_value=1, value=int(q.get("batch", 1536))))
