@@ -1,7 +1,7 @@
 """The planner against the engine's committed runs (issue 18, item 4): prints the three tables
 BENCHMARKS.md holds (memory per GPU, communication volume, step time).
 
-    python benchmarks/plan_engine.py              # ~10 s here, reads traces/
+    python -m benchmarks.plan_engine              # ~10 s here, reads traces/
 
 Runs made by benchmarks/plan_gpu.sh, once unpacked into traces/ as plan_gpu_*, join the memory
 and step-time tables (each predicted from plan_gpu_370m_b16's calibration).
@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.plan import checks  # noqa: E402
 

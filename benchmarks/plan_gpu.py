@@ -1,11 +1,11 @@
 """The engine runs the planner's H200 checks need beyond the committed ones (issue 18, item 4):
 model size, batch, recomputation and dtype, each a profiled `workbench train` run.
 
-    python benchmarks/plan_gpu.py run OUTDIR     # on one H200 (~4 min): OUTDIR/plan_gpu.tgz + plan_gpu.txt
-    python benchmarks/plan_gpu.py predict        # here: what the planner predicts for them, before they run
+    python -m benchmarks.plan_gpu run OUTDIR     # on one H200 (~4 min): OUTDIR/plan_gpu.tgz + plan_gpu.txt
+    python -m benchmarks.plan_gpu predict        # here: what the planner predicts for them, before they run
 
 After the run: ``tar -xzf plan_gpu.tgz -C traces/`` makes them traces/plan_gpu_*, and
-``python benchmarks/plan_engine.py`` / ``tests/plan/test_engine_checks.py`` predict each one from
+``python -m benchmarks.plan_engine`` / ``tests/plan/test_engine_checks.py`` predict each one from
 plan_gpu_370m_b16's calibration and hold it to the goals (memory 10 %, step time 15 %).
 Imports neither pandas nor plotly on the GPU machine (``run`` only starts ``workbench train``).
 """
@@ -18,7 +18,6 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 DDP = "case_studies/engine/gpt370m_ddp.toml"
 FSDP = "case_studies/engine/gpt370m_fsdp.toml"

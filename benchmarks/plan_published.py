@@ -1,6 +1,6 @@
 """The planner against published large runs (issue 18, item 5): prints the table BENCHMARKS.md holds.
 
-    python benchmarks/plan_published.py            # ~1 s, no GPU, no network
+    python -m benchmarks.plan_published            # ~1 s, no GPU, no network
 
 Every row is predicted from the model, cluster and layout its source states, with the planner's
 stated default efficiencies (workbench/plan/timing.py) — the same for every paper, none fitted.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.plan.model import PRESETS  # noqa: E402
 from workbench.plan.published import median_abs_error, predict_all  # noqa: E402

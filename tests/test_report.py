@@ -59,7 +59,8 @@ def test_report_shows_the_cli_mfu_and_plain_evidence():
     a = analyze_run(TRACES / "gpu_slow_data")
     text = render(a)
     mfu = a.to_json()["efficiency"]["mfu_pct"]
-    assert round(mfu, 1) == 3.2 and f"MFU<b>{mfu:.1f}%</b>" in text
+    # 3.2 % of the recorded steps; 3.8 % of the job's step (issue 16: the recorded steps ran 1.2× slower)
+    assert round(mfu, 1) == 3.8 and f"MFU<b>{mfu:.1f}%</b>" in text
     assert "np.float64" not in text and "np.int64" not in text
     for d in a.diagnoses:
         for k, v in d.evidence.items():

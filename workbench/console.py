@@ -85,7 +85,9 @@ def print_analysis(doc: dict, con=None) -> None:
               f"{summary['steps']} profiled step(s)")
     for w in run["warnings"]:
         con.print(f"[yellow]warning:[/] {w}")
-    t = Table(title="mean per step (ms)", title_justify="left")
+    covered = summary.get("steps_covered")
+    title = "mean per step (ms)" + (f" — {covered}" if covered and covered.startswith("the job") else ", profiled steps")
+    t = Table(title=title, title_justify="left")
     t.add_column("rank", justify="right")
     t.add_column("step", justify="right")
     for c in categories:
@@ -94,6 +96,12 @@ def print_analysis(doc: dict, con=None) -> None:
         t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
                   *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
     con.print(t)
+    if summary.get("note"):  # issue 16: the recorded steps were not the job's
+        con.print(f"[cyan]note:[/] {summary['note']}")
+    from workbench.overhead import describe
+
+    if line := describe(summary.get("capture_overhead")):
+        con.print(f"[dim]{line}[/]")
     ahead = summary.get("host_ahead")
     if ahead:
         con.print(f"[cyan]note:[/] host_ahead: the GPU took {ahead['device_step_ms']:.1f} ms per step, the host "

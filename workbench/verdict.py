@@ -65,6 +65,7 @@ import pandas as pd
 from workbench import reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
+from workbench.analysis.job import correct_breakdown, correction_note, job_steps
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
 from workbench.analysis.memory import GIB
 from workbench.analysis.skew import rank_skew
@@ -73,6 +74,7 @@ from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_s
 from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
 from workbench.errors import WorkbenchError
 from workbench.load import Run
+from workbench.overhead import capture_overhead
 
 JSON_SCHEMA = "workbench.analyze/1"
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
@@ -94,6 +96,20 @@ class Analysis:
     diagnoses: list[Diagnosis] = field(default_factory=list)
     context: Context | None = None
     """Each rank's frames (``context.frame(FRAME, rank)``) and what the rules read."""
+    trace_breakdown: pd.DataFrame | None = None
+    """The breakdown of the recorded steps themselves (``breakdown`` is set against the job's
+    step: analysis.job); the Timeline and "profiled steps" figures read this one."""
+    job: pd.DataFrame | None = None
+    """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
+
+    def job_scale(self) -> pd.Series:
+        """rank → recorded step / job step (1.0 where the job's step is unknown or on CPU traces,
+        whose device time stretched with the step): a share of the recorded step of time the GPU
+        measured, times this, is its share of the job's step."""
+        ctx = self.context
+        if ctx is None:
+            return pd.Series(dtype=float)
+        return pd.Series({r: ctx.to_job(r) for r in ctx.ranks}, dtype=float)
 
     def per_rank_frames(self, frame) -> dict[int, Any]:
         """rank → ``frame`` of that rank (workbench.analysis.frames), for every rank."""
@@ -114,12 +130,18 @@ class Analysis:
         ctx = self.context
         if ctx is None or not ctx.ranks:
             return out
-        busy = list(self.per_rank_frames(frames.DEVICE_BUSY).values())
-        busy_pct = float(np.mean([b["busy_pct"].mean() for b in busy if not b.empty])) if busy else None
+        if self.trace_breakdown is not None and not self.trace_breakdown.empty:
+            out["trace_step_ms"] = float(self.trace_breakdown["step_ms"].mean())
+        scale = self.job_scale()
+        busy = {r: b for r, b in self.per_rank_frames(frames.DEVICE_BUSY).items() if not b.empty}
+        busy_pct = float(np.mean([ctx.busy_pct(r, b) for r, b in busy.items()])) if busy else None
         out["gpu_busy_pct" if ctx.has_gpu else "compute_busy_pct"] = busy_pct
-        ov = [o for o in self.per_rank_frames(frames.COMM_OVERLAP).values() if not o.empty]
-        out["exposed_comm_pct"] = min(float(o["exposed_pct"].mean()) for o in ov) if ov else None
-        out["comm_ms_per_step"] = float(np.mean([o["comm_ms"].mean() for o in ov])) if ov else None
+        ov = {r: o for r, o in self.per_rank_frames(frames.COMM_OVERLAP).items() if not o.empty}
+        out["exposed_comm_pct"] = min(float(o["exposed_pct"].mean()) * scale.get(r, 1.0) for r, o in ov.items()) if ov else None
+        out["comm_ms_per_step"] = float(np.mean([ctx.device_ms(r, o["comm_ms"].mean()) for r, o in ov.items()])) if ov else None
+        over = self.capture_overhead()
+        if over and over.get("ratio"):
+            out["capture_overhead_ratio"] = float(over["ratio"])
         mem = list(self.per_rank_frames(frames.MEMORY_SUMMARY).values())
         res = [m["peak_reserved_bytes"] for m in mem if m["peak_reserved_bytes"]]
         alloc = [m["peak_allocated_bytes"] for m in mem if m["peak_allocated_bytes"]]
@@ -128,7 +150,7 @@ class Analysis:
         if self.breakdown["rank"].nunique() > 1:
             sk = rank_skew(self.breakdown)
             out["straggler_work_ratio"] = float(sk["work_ratio"].max())
-        steady = steady_summary(ctx.steps, warmup=(self.run.manifest.get("schedule") or {}).get("warmup"))
+        steady = steady_summary(ctx.steps, warmup=ctx.steps_warmup)
         if not steady.empty:
             out["steady_step_ms"] = steady_step_ms(steady)
             tps = tokens_per_s(steady)
@@ -143,7 +165,8 @@ class Analysis:
     def efficiency_json(self) -> dict[str, Any] | None:
         """The ``efficiency`` JSON key (see the module docstring); None when no FLOPs were counted."""
         frames = self.efficiency_frames()
-        steps = [e.per_step.assign(rank=r) for r, e in frames.items() if not e.per_step.empty]
+        scale = self.job_scale()
+        steps = [_per_step_of_job(e.per_step, scale.get(r, 1.0)).assign(rank=r) for r, e in frames.items() if not e.per_step.empty]
         steps = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame()
         if steps.empty or not (steps["flops"] > 0).any():
             return None
@@ -173,12 +196,45 @@ class Analysis:
 
     def host_ahead(self) -> dict[str, float] | None:
         """The host ran ahead of the GPU: steps take longer on the GPU's clock than on the host's."""
-        if self.breakdown.empty or "host_step_ms" not in self.breakdown or not self.run.has_gpu:
+        b = self.trace_breakdown if self.trace_breakdown is not None else self.breakdown
+        if b.empty or "host_step_ms" not in b or not self.run.has_gpu:
             return None
-        dev, host = float(self.breakdown["step_ms"].mean()), float(self.breakdown["host_step_ms"].mean())
+        dev, host = float(b["step_ms"].mean()), float(b["host_step_ms"].mean())
         if host <= 0 or dev < HOST_AHEAD_RATIO * host:
             return None
         return {"device_step_ms": round(dev, 3), "host_step_ms": round(host, 3), "ratio": round(dev / host, 2)}
+
+    def capture_overhead(self) -> dict[str, Any] | None:
+        """What the capture cost this run (workbench.overhead): the manifest's, else computed from
+        the steps CSVs (runs captured before issue 16, bare directories with CSVs)."""
+        m = self.run.manifest.get("capture_overhead")
+        if isinstance(m, dict):
+            return m
+        ctx = self.context
+        rows = {r: df.to_dict("records") for r, df in (ctx.steps if ctx else {}).items() if df is not None and len(df)}
+        return capture_overhead(rows, warmup=ctx.steps_warmup) if rows else None
+
+    def job_json(self) -> dict[str, Any]:
+        """The summary's job keys (issue 16): ``trace_step_ms`` (the recorded steps' own mean),
+        ``steps_covered`` (which steps ``step_ms`` and the shares are of), ``job`` (per rank: its
+        unprofiled steps, mean and median, the clock) or null, ``capture_overhead`` or null, and
+        ``note``, the one line the CLI prints when the recorded steps were not the job's."""
+        tb = self.trace_breakdown if self.trace_breakdown is not None else self.breakdown
+        job = self.job if self.job is not None else pd.DataFrame()
+        covered = "profiled steps (no unprofiled steps in the steps CSVs)"
+        if not job.empty and "job" in self.breakdown and self.breakdown["job"].any():
+            first, last = int(job["first_step"].min()), int(job["last_step"].max())
+            clock = "GPU" if (job["clock"] == "gpu").any() else "host"
+            covered = f"the job: unprofiled steps {first}–{last} (mean, {clock} clock); device time from profiled steps"
+        return {
+            "trace_step_ms": round(float(tb["step_ms"].mean()), 3) if not tb.empty else None,
+            "steps_covered": covered,
+            "job": [{k: (v if isinstance(v, str) else int(v) if k in ("rank", "steps", "first_step", "last_step")
+                         else None if v != v else round(float(v), 3)) for k, v in row.items()}
+                    for row in job.to_dict("records")] or None,
+            "capture_overhead": self.capture_overhead(),
+            "note": correction_note(self.breakdown, job) if not job.empty else None,
+        }
 
     @property
     def verdict(self) -> str:
@@ -234,6 +290,7 @@ class Analysis:
                 ],
                 "host_step_ms": round(float(self.breakdown["host_step_ms"].mean()), 3) if not self.breakdown.empty else None,
                 "host_ahead": self.host_ahead(),
+                **self.job_json(),
             },
             "diagnoses": [d.to_dict() for d in self.diagnoses],
             "verdict": self.verdict,
@@ -270,9 +327,30 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
     ranks = dict(sorted(ranks.items()))
     parts = [b for b in (rf.summary(frames.BREAKDOWN) for rf in ranks.values()) if len(b)]
-    breakdown = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    recorded = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     config = run.manifest.get("config")
-    ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps={r: d.steps for r, d in run.ranks.items()},
-                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size)
+    steps = {r: d.steps for r, d in run.ranks.items()}
+    warmup = (run.manifest.get("schedule") or {}).get("warmup")
+    # issue 16: the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
+    job = job_steps(steps, warmup)
+    gpu = any(rf.has_gpu for rf in ranks.values())
+    breakdown = correct_breakdown(recorded, job, gpu)
+    waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
+        if len(recorded) else {}
+    ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps=steps, steps_warmup=warmup,
+                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits)
     return Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
-                    context=ctx)
+                    context=ctx, trace_breakdown=recorded, job=job)
+
+
+def _per_step_of_job(per_step: pd.DataFrame, scale: float) -> pd.DataFrame:
+    """Efficiency rows of the recorded steps (analysis.kernel_classes) against the job's step:
+    the FLOPs stay, the time is the job's (``scale`` = recorded / job step, Analysis.job_scale)."""
+    if scale == 1.0 or per_step.empty:
+        return per_step
+    out = per_step.copy()
+    out["step_ms"] = out["step_ms"] / scale
+    for c in ("tflops_per_s", "mfu_pct", "mfu_bf16_pct"):
+        if c in out:
+            out[c] = out[c] * scale
+    return out

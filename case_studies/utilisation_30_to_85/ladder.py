@@ -86,8 +86,9 @@ def steady_steps(run_dir: Path) -> tuple[float, float | None, list[tuple[float, 
     from workbench.analysis.throughput import steady_step_ms, steady_steps as steady, steady_summary, tokens_per_s
 
     frames = {int(f.stem.removeprefix("steps_rank")): pd.read_csv(f) for f in run_dir.glob("steps_rank*.csv")}
-    summary = steady_summary(frames)
-    s = steady(frames[0])
+    warmup = (json.loads((run_dir / "manifest.json").read_text()).get("schedule") or {}).get("warmup")
+    summary = steady_summary(frames, warmup=warmup)  # the profiler's warm-up steps are not steady (issue 16)
+    s = steady(frames[0], warmup)
     s = s[(s["step"] - 1).isin(s["step"])]
     windows = list(zip(s["start_unix_s"], s["start_unix_s"] + s["step_ms"] / 1e3))
     return steady_step_ms(summary), tokens_per_s(summary), windows
@@ -136,6 +137,56 @@ def hardware(run_dir: Path) -> dict[str, Any]:
         "cpu_count": (m.get("ranks", {}).get("0") or {}).get("cpu_count")}
 
 
+def rung_entry(cfg: Path, raw_cfg: dict, run_dir: Path, code: int, base: dict | None, prev) -> tuple[dict[str, Any], Any]:
+    """One rung's results entry, analysed from its run directory (``prev``: the previous rung's
+    (entry, analysis, config), for the measured speed-up against its estimate)."""
+    entry: dict[str, Any] = {"rung": cfg.stem, "config": str(cfg.relative_to(ROOT)), "exit_code": code,
+                             "run_dir": str(run_dir)}
+    if code != 0:
+        entry["error"] = "training failed; see the run's manifest"
+        return entry, None
+    analysis = analyze_run(run_dir)
+    metrics = analysis.metrics()
+    step_ms, tokens, windows = steady_steps(run_dir)
+    util, source = nvml_mean(run_dir, windows)
+    entry.update(
+        hardware=hardware(run_dir),
+        nvml_mean_util_pct=util,
+        nvml_source=source,
+        trace_gpu_busy_pct=metrics.get("gpu_busy_pct"),
+        trace_compute_busy_pct=metrics.get("compute_busy_pct"),
+        mfu_pct_steady=mfu_steady(run_dir, tokens),
+        mfu_pct_trace=(analysis.efficiency_json() or {}).get("mfu_pct"),
+        step_ms=step_ms,
+        tokens_per_s=tokens,
+        breakdown_pct=analysis.breakdown_pct(),
+        diagnoses=[{k: d.to_dict()[k] for k in ("id", "severity", "title", "estimated_gain", "fix")} for d in analysis.diagnoses],
+        verdict=analysis.verdict,
+        config_flat=flat(raw_cfg),
+    )
+    base = base or entry
+    entry["speedup_vs_baseline"] = base["step_ms"] / step_ms
+    if prev is not None:
+        prev_entry, prev_analysis, prev_cfg = prev
+        cmp = compare_runs(prev_analysis, analysis).to_json()
+        changed = changed_keys(prev_cfg, raw_cfg)
+        recommended = [d for d in prev_entry["diagnoses"] if d["severity"] in ("warning", "critical")]
+        followed = [d["id"] for d in recommended if any(k in d["fix"] or any(k.startswith(f + ".") for f in d["fix"]) for k in changed)]
+        entry["vs_previous"] = {
+            "changed": changed,
+            "fix_of": followed,
+            "fix_followed": bool(followed),
+            # throughput where both rungs say their tokens (a rung may change the batch), else step time
+            "speedup_measured": (tokens / prev_entry["tokens_per_s"] if tokens and prev_entry.get("tokens_per_s")
+                                 else prev_entry["step_ms"] / step_ms),
+            "measured_by": "tokens/s" if tokens and prev_entry.get("tokens_per_s") else "step time",
+            "estimated_speedup_max": {d["id"]: d["estimated_gain"].get("speedup_max") for d in recommended if d["id"] in followed},
+            "resolved": cmp.get("resolved"),
+            "new": cmp.get("new"),
+        }
+    return entry, analysis
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", choices=SCALES, required=True)
@@ -178,49 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             code = run_rung(cfg, run_dir, ranks, schedule, overrides)
         raw_cfg = tomllib.loads(cfg.read_text())
-        entry: dict[str, Any] = {"rung": cfg.stem, "config": str(cfg.relative_to(ROOT)), "exit_code": code,
-                                 "run_dir": str(run_dir)}
+        entry, analysis = rung_entry(cfg, raw_cfg, run_dir, code, results["rungs"][0] if results["rungs"] else None, prev)
         if code != 0:
-            entry["error"] = "training failed; see the run's manifest"
             results["rungs"].append(entry)
             break
-        analysis = analyze_run(run_dir)
-        metrics = analysis.metrics()
-        step_ms, tokens, windows = steady_steps(run_dir)
-        util, source = nvml_mean(run_dir, windows)
-        entry.update(
-            hardware=hardware(run_dir),
-            nvml_mean_util_pct=util,
-            nvml_source=source,
-            trace_gpu_busy_pct=metrics.get("gpu_busy_pct"),
-            trace_compute_busy_pct=metrics.get("compute_busy_pct"),
-            mfu_pct_steady=mfu_steady(run_dir, tokens),
-            mfu_pct_trace=(analysis.efficiency_json() or {}).get("mfu_pct"),
-            step_ms=step_ms,
-            tokens_per_s=tokens,
-            breakdown_pct=analysis.breakdown_pct(),
-            diagnoses=[{k: d.to_dict()[k] for k in ("id", "severity", "title", "estimated_gain", "fix")} for d in analysis.diagnoses],
-            verdict=analysis.verdict,
-            config_flat=flat(raw_cfg),
-        )
-        base = results["rungs"][0] if results["rungs"] else entry
-        entry["speedup_vs_baseline"] = base["step_ms"] / step_ms
-        if prev is not None:
-            prev_entry, prev_analysis, prev_cfg = prev
-            cmp = compare_runs(prev_analysis, analysis).to_json()
-            changed = changed_keys(prev_cfg, raw_cfg)
-            recommended = [d for d in prev_entry["diagnoses"] if d["severity"] in ("warning", "critical")]
-            followed = [d["id"] for d in recommended if any(k in d["fix"] or any(k.startswith(f + ".") for f in d["fix"]) for k in changed)]
-            entry["vs_previous"] = {
-                "changed": changed,
-                "fix_of": followed,
-                "fix_followed": bool(followed),
-                "speedup_measured": prev_entry["step_ms"] / step_ms,
-                "estimated_speedup_max": {d["id"]: d["estimated_gain"].get("speedup_max") for d in recommended if d["id"] in followed},
-                "resolved": cmp.get("resolved"),
-                "new": cmp.get("new"),
-            }
-        print(f"== {cfg.stem}: step {step_ms:.1f} ms, NVML util {util if util is None else round(util, 1)}%, "
+        util = entry["nvml_mean_util_pct"]
+        print(f"== {cfg.stem}: step {entry['step_ms']:.1f} ms, NVML util {util if util is None else round(util, 1)}%, "
               f"busy {entry['trace_gpu_busy_pct'] or entry['trace_compute_busy_pct']}%, "
               f"×{entry['speedup_vs_baseline']:.2f} vs baseline; {analysis.verdict}", flush=True)
         results["rungs"].append(entry)

@@ -75,7 +75,7 @@ def table(rungs: list[dict]) -> str:
         if vp:
             fixed = f"yes: {', '.join(vp['fix_of'])}" if vp["fix_followed"] else "no (nothing recommended at ≥ warning)"
             est = "; ".join(f"{k} ≤ {v:.2f}×" for k, v in vp["estimated_speedup_max"].items())
-            gain = f"{vp['speedup_measured']:.2f}× step time" + (f" (estimate {est})" if est else "")
+            gain = f"{vp['speedup_measured']:.2f}× {vp.get('measured_by', 'step time')}" + (f" (estimate {est})" if est else "")
         else:
             fixed, gain = "—", "—"
         util = "n/a (CPU)" if r["nvml_mean_util_pct"] is None else f"{r['nvml_mean_util_pct']:.1f}%"
@@ -111,10 +111,13 @@ CPU ladder: this repository's CPU machine (2 cores), 2 gloo ranks, tiny GPT;
 `python case_studies/utilisation_30_to_85/ladder.py --scale cpu --out /tmp/case`. It holds the
 communication rung, which one GPU cannot show.
 
-"× baseline" is throughput (tokens/s) over the baseline's; "measured gain" is step time over the
-rung before's, next to the tool's upper-bound estimate for the diagnosis that rung fixed.
-"step ms" and "tokens/s" cover the steady steps (step ≥ 1, not profiled; all ranks): the numbers
-`workbench compare` gives for the same run (`metrics.steady_step_ms`, `metrics.tokens_per_s`).
+"× baseline" is throughput (tokens/s) over the baseline's; "measured gain" is throughput over the
+rung before's (step time where a run has no tokens), next to the tool's upper-bound estimate for
+the diagnosis that rung fixed. "step ms" and "tokens/s" cover the steady steps (step ≥ 1, neither
+profiled nor the profiler's warm-up; all ranks): the numbers `workbench compare` gives for the same
+run (`metrics.steady_step_ms`, `metrics.tokens_per_s`). Re-derived in issue 16 from the committed
+runs (`remeasure.py`): warm-up steps left out of the steady steps, the recorded steps' breakdown,
+trace busy share and estimates set against the job's step; what moved is in the README.
 
 ## GPU ladder
 

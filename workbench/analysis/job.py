@@ -21,7 +21,8 @@ profiler's host cost does not change them. So:
   trace saw them (why the device waited, at the job's amount of waiting); when the device work
   alone exceeds the job's step (the recorded window caught a heavier step) everything is scaled
   to it. On CPU traces the device is the main thread, whose every category the profiler slowed:
-  each is scaled by job step / recorded step.
+  each is scaled by job step / recorded step. One factor per rank, not per step: a burst stays a
+  burst.
 
 A rank with fewer than :data:`JOB_MIN_STEPS` unprofiled steps (a bare trace directory, a run
 stopped right after its window) keeps the recorded steps, and the run says so.
@@ -59,42 +60,40 @@ def job_steps(steps: Mapping[int, pd.DataFrame | None] | None, warmup: int | Non
 
 def correct_breakdown(breakdown: pd.DataFrame, job: pd.DataFrame, gpu: bool) -> pd.DataFrame:
     """The breakdown's rows (analysis.steps.BREAKDOWN_COLUMNS) against each rank's job step (see
-    the module docstring). Adds ``trace_step_ms`` (the recorded step's own length) and ``job``
-    (True where the row was set against the job's step); ``start_us``/``end_us`` stay the trace's."""
+    the module docstring). One factor per rank, so the recorded steps keep their pattern (a loader
+    that stalls one step in four stays a burst, not a quarter-stall in each): on GPU traces the
+    waiting categories of every step are scaled by (job step − mean device time) / mean waiting;
+    on CPU traces every category by job step / mean recorded step. The rank's steps then average
+    to its job step. Adds ``trace_step_ms`` (each recorded step's own length) and ``job`` (True
+    where the row was set against the job's step); ``start_us``/``end_us`` stay the trace's."""
     out = breakdown.copy()
     out["trace_step_ms"] = out["step_ms"]
     out["job"] = False
     if out.empty or job.empty:
         return out
-    target = out["rank"].map(job.set_index("rank")["step_ms"])
-    has = target.notna().to_numpy()
-    if not has.any():
-        return out
-    t = target.to_numpy(dtype=float)
-    cols = {c: out[f"{c}_ms"].to_numpy(dtype=float).copy() for c in CATEGORIES}
-    if gpu:
-        dev = sum(cols[c] for c in DEVICE_CATEGORIES)
-        wait = sum(cols[c] for c in WAIT_CATEGORIES)
-        over = has & (dev >= t)
-        under = has & ~over
-        for c in CATEGORIES:  # the device's work alone fills the job's step: scale it to fit
-            cols[c][over] = np.where(dev[over] > 0, cols[c][over] * t[over] / np.maximum(dev[over], 1e-12), 0.0) \
-                if c in DEVICE_CATEGORIES else 0.0
-        rest = t - dev
-        share = np.divide(rest, wait, out=np.zeros_like(rest), where=wait > 0)
-        for c in WAIT_CATEGORIES:
-            cols[c][under] = cols[c][under] * share[under]
-        no_wait = under & (wait <= 0)  # the trace saw no waiting at all: the job's extra is idle
-        cols["idle"][no_wait] = rest[no_wait]
-    else:
-        total = out["step_ms"].to_numpy(dtype=float)
-        scale = np.divide(t, total, out=np.ones_like(t), where=total > 0)
+    target = job.set_index("rank")["step_ms"]
+    for rank, idx in out.groupby("rank").groups.items():
+        if rank not in target.index or not target[rank] > 0:
+            continue
+        rows = out.loc[idx]
+        t = float(target[rank])
+        scale = {c: 1.0 for c in CATEGORIES}
+        if gpu:
+            dev = float(sum(rows[f"{c}_ms"] for c in DEVICE_CATEGORIES).mean())
+            wait = float(sum(rows[f"{c}_ms"] for c in WAIT_CATEGORIES).mean())
+            if dev >= t:  # the device's work alone fills the job's step: scale it to fit
+                scale = {c: (t / dev if c in DEVICE_CATEGORIES else 0.0) for c in CATEGORIES}
+            elif wait > 0:
+                scale.update({c: (t - dev) / wait for c in WAIT_CATEGORIES})
+            else:  # the trace saw no waiting at all: the job's extra time is idle
+                out.loc[idx, "idle_ms"] = t - dev
+        else:
+            rec = float(rows["step_ms"].mean())
+            scale = {c: (t / rec if rec > 0 else 1.0) for c in CATEGORIES}
         for c in CATEGORIES:
-            cols[c][has] = cols[c][has] * scale[has]
-    for c in CATEGORIES:
-        out[f"{c}_ms"] = cols[c]
-    out.loc[has, "step_ms"] = t[has]
-    out.loc[has, "job"] = True
+            out.loc[idx, f"{c}_ms"] = rows[f"{c}_ms"] * scale[c] if scale[c] != 1.0 else out.loc[idx, f"{c}_ms"]
+        out.loc[idx, "step_ms"] = out.loc[idx, [f"{c}_ms" for c in CATEGORIES]].sum(axis=1)
+        out.loc[idx, "job"] = True
     return out
 
 

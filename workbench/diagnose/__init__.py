@@ -37,7 +37,7 @@ def diagnose(breakdown, run_config: dict | None = None, context: Context | None 
     ``context`` (built by ``workbench.verdict.analyze_run``) enables the rest.
     """
     ctx = context or Context(breakdown=breakdown, run_config=run_config)
-    found = [dataloader_stall(breakdown, run_config, ctx.steps)]
+    found = [dataloader_stall(breakdown, run_config, ctx.steps, ctx.steps_warmup)]
     for rule in RULES:
         if context is None and rule is not straggler_rank:
             continue

@@ -67,14 +67,20 @@ class Context:
     run-level breakdown, the steps CSVs, and each rank's frames (:meth:`frame`)."""
 
     breakdown: Any
-    """analysis.steps.run_breakdown (BREAKDOWN_COLUMNS)."""
+    """The run's breakdown (BREAKDOWN_COLUMNS) set against the job's step where the steps CSVs
+    say what it is (analysis.job.correct_breakdown: ``trace_step_ms`` holds the recorded step's
+    length); the recorded steps themselves where they do not."""
     run_config: dict | None = None
+    steps_warmup: int | None = None
+    """The schedule's warm-up steps (manifest), for steps CSVs written before the profiler column."""
     ranks: dict[int, RankFrames] = field(default_factory=dict)
     """rank → its frames (workbench.analysis.frames.RankFrames)."""
     steps: dict = field(default_factory=dict)
     """rank → steps_rank{r}.csv frame (contract.STEP_COLUMNS) or None."""
     capacity_bytes: int | None = None
     world_size: int = 1
+    trace_wait_ms: dict = field(default_factory=dict)
+    """rank → the recorded steps' mean dataloader + host + idle ms (before the job correction)."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)
@@ -119,6 +125,61 @@ class Context:
 
     def step_ms(self) -> float:
         return float(self.breakdown["step_ms"].mean()) if len(self.breakdown) else 0.0
+
+    def _rank_rows(self, rank: int):
+        b = self.breakdown
+        return b[b["rank"] == rank] if len(b) else b
+
+    def job_step_ms(self, rank: int) -> float:
+        """The rank's step as the rules judge it: the job's (mean of its unprofiled steps) where
+        known, else the recorded steps' mean."""
+        rows = self._rank_rows(rank)
+        return float(rows["step_ms"].mean()) if len(rows) else 0.0
+
+    def to_job(self, rank: int) -> float:
+        """The factor that turns a share of the recorded step into a share of the job's step, for
+        time the device measured (issue 16): on GPU traces kernels keep their length, so a share
+        of a recorded step that the profiler stretched is recorded / job times larger; on CPU
+        traces the device is the main thread, stretched with the step, and the share stands."""
+        rows = self._rank_rows(rank)
+        if not len(rows) or "trace_step_ms" not in rows or not self.rank_has_gpu(rank):
+            return 1.0
+        job = float(rows["step_ms"].mean())
+        return float(rows["trace_step_ms"].mean()) / job if job > 0 else 1.0
+
+    def busy_pct(self, rank: int, busy) -> float:
+        """The device's busy share of the job's step from a ``device_busy`` frame: its mean busy
+        time per recorded step over the job's step on GPU traces; on CPU traces (the main thread,
+        stretched with the step) busy over step time of the recorded steps. A ratio of means, not a
+        mean of per-step ratios: a recorded step that stalled counts for its length."""
+        if busy is None or busy.empty:
+            return float("nan")
+        if self.rank_has_gpu(rank):
+            job = self.job_step_ms(rank)
+            return min(100.0 * float(busy["busy_ms"].mean()) / job, 100.0) if job > 0 else float("nan")
+        total = float(busy["step_ms"].sum())
+        return 100.0 * float(busy["busy_ms"].sum()) / total if total > 0 else float("nan")
+
+    def device_ms(self, rank: int, ms: float) -> float:
+        """Milliseconds the trace measured on the device, as the job spends them: the same on a GPU,
+        scaled with the step on CPU traces (the profiler stretched the main thread)."""
+        rows = self._rank_rows(rank)
+        if self.rank_has_gpu(rank) or not len(rows) or "trace_step_ms" not in rows:
+            return ms
+        rec = float(rows["trace_step_ms"].mean())
+        return ms * float(rows["step_ms"].mean()) / rec if rec > 0 else ms
+
+    def wait_scale(self, rank: int) -> float:
+        """Host time the trace measured (gaps after a sync, the main thread's own work) as the job
+        spends it: the breakdown's waiting in the job's step over the waiting it recorded."""
+        rows = self._rank_rows(rank)
+        if not len(rows) or "trace_step_ms" not in rows:
+            return 1.0
+        if not self.rank_has_gpu(rank):
+            return self.device_ms(rank, 1.0)
+        now = float((rows["dataloader_ms"] + rows["host_ms"] + rows["idle_ms"]).mean())
+        t = self.trace_wait_ms.get(rank) if self.trace_wait_ms else None
+        return now / t if t else 1.0
 
     def windows(self, rank: int):
         """analysis.steps.step_windows of ``rank``."""

@@ -42,23 +42,26 @@ MIN_STEADY_STEPS = 3
 BANDS = ((INFO_PCT, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
-def run_wait(steps: dict | None) -> pd.DataFrame:
+def run_wait(steps: dict | None, warmup: int | None = None) -> pd.DataFrame:
     """Per rank (index) over its steady steps (analysis.throughput): ``step_ms``, ``dataloader_ms``
     (mean ``data_wait_ms``), ``steps``, ``first_step``, ``last_step``."""
-    s = steady_summary(steps, min_steps=MIN_STEADY_STEPS).dropna(subset=["data_wait_ms"])
+    s = steady_summary(steps, min_steps=MIN_STEADY_STEPS, warmup=warmup).dropna(subset=["data_wait_ms"])
     s = s.set_index("rank").rename(columns={"data_wait_ms": "dataloader_ms"})
     return s[["step_ms", "dataloader_ms", "steps", "first_step", "last_step"]]
 
 
-def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, steps: dict | None = None) -> Diagnosis | None:
+def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, steps: dict | None = None,
+                     warmup: int | None = None) -> Diagnosis | None:
     if breakdown.empty:
         return None
     per_rank = breakdown.groupby("rank")[["step_ms", "dataloader_ms"]].mean()
     trace_share = 100.0 * per_rank["dataloader_ms"].mean() / per_rank["step_ms"].mean()
-    whole = run_wait(steps)
+    whole = run_wait(steps, warmup)
     run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean() if not whole.empty else None
     source = "main-thread enumerate(DataLoader)#…__next__ while the device was idle (profiled steps)"
     covered = steps_label(int(breakdown["step"].min()), int(breakdown["step"].max()), profiled=True)
+    if "job" in breakdown and breakdown["job"].any():  # issue 16: the recorded steps set against the job's
+        covered += ", against the job's step"
     n_steps = int(breakdown["step"].nunique())
     if run_share is not None and run_share > trace_share:
         per_rank = whole[["step_ms", "dataloader_ms"]].copy()

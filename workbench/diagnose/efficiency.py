@@ -408,7 +408,8 @@ def low_mfu(ctx: Context) -> Diagnosis | None:
         if gemm.empty:
             continue
         top = gemm.sort_values("time_ms", ascending=False).iloc[0]
-        mfu, ceiling = float(ps["mfu_pct"].mean()), float(top["pct_of_peak"])
+        # MFU of the job's step (issue 16): the recorded steps' FLOPs over the job's step time
+        mfu, ceiling = float(ps["mfu_pct"].mean()) * ctx.to_job(r), float(top["pct_of_peak"])
         b = ctx.breakdown[ctx.breakdown["rank"] == r]
         busy = 1 - float((b["host_ms"] + b["idle_ms"] + b["dataloader_ms"]).mean()) / step_ms if step_ms > 0 else 1.0
         if ceiling <= 0 or busy <= 0:
@@ -431,7 +432,7 @@ def low_mfu(ctx: Context) -> Diagnosis | None:
     return Diagnosis(
         id="low_mfu", severity=severity,
         title=f"MFU {mfu:.0f}% where this GPU runs the step's GEMMs at {ceiling:.0f}% of peak; the step goes to {top3}",
-        evidence={"mfu_pct": round(mfu, 2), "mfu_bf16_pct": round(float(e.per_step["mfu_bf16_pct"].mean()), 2)
+        evidence={"mfu_pct": round(mfu, 2), "mfu_bf16_pct": round(float(e.per_step["mfu_bf16_pct"].mean()) * ctx.to_job(r), 2)
                   if e.per_step["mfu_bf16_pct"].notna().any() else None,
                   "ceiling_pct": round(ceiling, 2), "ceiling_class": f"{top['class']}/{top['subclass']}",
                   "ceiling_tflops_per_s": round(float(top["tflops_per_s"] or 0), 1), "mfu_over_ceiling": round(ratio, 3),

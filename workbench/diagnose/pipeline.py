@@ -81,7 +81,7 @@ def pipeline_bubble(ctx: Context) -> Diagnosis | None:
         return None
     p = len(per)
     share = float(np.mean([v["bubble_pct"] for v in per.values()]))
-    step_ms = float(np.mean([v["step_ms"] for v in per.values()]))
+    step_ms = float(np.mean([ctx.job_step_ms(r) or v["step_ms"] for r, v in per.items()]))  # the job's (issue 16)
     m = max((v["microbatches"] or 0) for v in per.values()) or None
     ideal = 100.0 * (p - 1) / (m + p - 1) if m else None
     severity = severity_for(share, BANDS)
