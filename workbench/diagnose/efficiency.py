@@ -62,7 +62,7 @@ from workbench.analysis.flops import gpu_launches
 from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.intervals import str_mask
 from workbench.analysis.kernel_classes import Efficiency, compact
-from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
+from workbench.diagnose.base import per_sample, Context, Diagnosis, gain, reads, severity_for
 from workbench.peaks import device_peak
 
 IMPACT_BANDS = ((5.0, "info"), (10.0, "warning"), (20.0, "critical"))
@@ -168,6 +168,10 @@ def _diagnosis(ctx, saved: Frame, title, recommendation, formula, fix) -> Diagno
     severity = severity_for(pct, IMPACT_BANDS)
     if severity is None:
         return None
+    # shares the worker computed against the recorded step, as shares of the job's (issue 16)
+    scale = ctx.to_job(r)
+    evidence = {k: (round(v * scale, 2) if k.endswith("pct_of_step") and isinstance(v, (int, float)) else v)
+                for k, v in evidence.items()}
     evidence = {**evidence, "saved_ms_per_step": round(saved_ms, 3), "step_ms": round(step_ms, 3), "rank": int(r)}
     return Diagnosis(id=rid, severity=severity, title=title(evidence, pct), evidence=evidence,
                      recommendation=recommendation, estimated_gain=gain(step_ms, saved_ms, formula), fix=fix, ranks=[int(r)])
@@ -182,13 +186,27 @@ def _fp32_saved(e, steps, step_ms, rf):
     k = e.kernels
     simt = _per_step_ms(k[k["class"] == "gemm_simt"], steps)
     tf32 = _per_step_ms(k[(k["class"] == "gemm_tensor_core") & (k["dtype"] == "tf32")], steps)
-    saved = simt * (1 - peak.tflops["fp32"] / bf16) + tf32 * (1 - peak.tflops.get("tf32", bf16) / bf16)
-    if saved <= 0:
+    gemm_saved = simt * (1 - peak.tflops["fp32"] / bf16) + tf32 * (1 - peak.tflops.get("tf32", bf16) / bf16)
+    # issue 16: the switch changes attention too (fp32 runs SDPA's memory-efficient kernels; bf16
+    # reaches flash/cuDNN kernels): the attention subclasses that ran fp32 kernels, against their
+    # FLOPs at FLASH_FRACTION of the 16-bit peak (nanoGPT fp32 → bf16 on an H200: 128 → 13 ms).
+    att = k[k["class"] == "attention"]
+    fp32_subs = set(att.loc[att["dtype"] == "fp32", "subclass"])
+    fa = att[att["subclass"].isin(fp32_subs)]
+    att_ms = _per_step_ms(fa, steps)
+    att_ideal = float(fa["flops"].sum()) / steps / (bf16 * 1e12 * FLASH_FRACTION) * 1e3 if len(fa) else 0.0
+    att_saved = max(att_ms - att_ideal, 0.0)
+    saved = gemm_saved + att_saved
+    if saved <= 0 or gemm_saved <= 0:
         return None
     return {"simt_gemm_ms_per_step": round(simt, 3), "tf32_gemm_ms_per_step": round(tf32, 3),
             "simt_gemm_pct_of_step": round(100 * simt / step_ms, 2), "tf32_gemm_pct_of_step": round(100 * tf32 / step_ms, 2),
+            "fp32_attention_ms_per_step": round(att_ms, 3), "fp32_attention_pct_of_step": round(100 * att_ms / step_ms, 2),
+            "attention_at_16bit_ms_per_step": round(att_ideal, 3),
+            "gemm_saved_ms_per_step": round(gemm_saved, 3), "attention_saved_ms_per_step": round(att_saved, 3),
             "peak_tflops": {d: peak.tflops.get(d) for d in ("fp32", "tf32", half)},
-            "source": "kernel classes gemm_simt / gemm_tensor_core tf32 (analysis.kernel_classes)"}, saved
+            "source": "kernel classes gemm_simt / gemm_tensor_core tf32 / attention subclasses with fp32 kernels "
+                      "(analysis.kernel_classes)"}, saved
 
 
 SAVED_FP32 = _saved_frame("fp32_matmul", _fp32_saved)
@@ -202,13 +220,18 @@ def fp32_matmul(ctx: Context) -> Diagnosis | None:
         return None
     return _diagnosis(
         ctx, SAVED_FP32,
-        lambda ev, pct: (f"matmuls run in fp32: {ev['simt_gemm_pct_of_step'] + ev['tf32_gemm_pct_of_step']:.0f}% of the step "
-                         f"in fp32/tf32 GEMM kernels; {half} would save ~{pct:.0f}%"),
+        lambda ev, pct: (f"matmuls{' and attention' if ev['fp32_attention_ms_per_step'] else ''} run in fp32: "
+                         f"{ev['simt_gemm_pct_of_step'] + ev['tf32_gemm_pct_of_step'] + ev['fp32_attention_pct_of_step']:.0f}% "
+                         f"of the step in fp32/tf32 GEMM{' and attention' if ev['fp32_attention_ms_per_step'] else ''} "
+                         f"kernels; {half} would save ~{pct:.0f}%"),
         "run matmuls in bf16: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss; at least "
         "torch.set_float32_matmul_precision('high') (TF32 tensor cores) for fp32 models" if half == "bf16" else
         "run matmuls in fp16 (this GPU has no bf16 tensor cores): torch.autocast('cuda', dtype=torch.float16) "
         "around forward and loss, with torch.amp.GradScaler('cuda') scaling the loss",
-        f"saved = simt_ms*(1 - fp32_peak/{half}_peak) + tf32_ms*(1 - tf32_peak/{half}_peak)", ["parallel.mixed_precision"])
+        f"saved = simt_ms*(1 - fp32_peak/{half}_peak) + tf32_ms*(1 - tf32_peak/{half}_peak) + fp32_attention_ms - "
+        f"attention_flops/({FLASH_FRACTION}*{half}_peak); memory-bound kernels counted unchanged (16-bit activations halve "
+        f"their bytes, autocast adds casts: 20 → 35 ms on nanoGPT, H200); assumes the host keeps pace",
+        ["parallel.mixed_precision"])
 
 
 def _elementwise_saved(e, steps, step_ms, rf):
@@ -440,7 +463,8 @@ def low_mfu(ctx: Context) -> Diagnosis | None:
                   "step_pct": where, "step_ms": round(step_ms, 3), "rank": int(r),
                   "source": "analysis.flops MFU per step; kernel classes pct_of_peak (the run's own GEMMs)"},
         recommendation="act on the largest non-GEMM share above (the other efficiency findings name the fix for each)",
-        estimated_gain=gain(step_ms, saved, f"saved = busy_ms * (1 - (MFU/busy/ceiling) / {MFU_RATIO_GOOD})"),
+        estimated_gain={**gain(step_ms, saved, f"saved = busy_ms * (1 - (MFU/busy/ceiling) / {MFU_RATIO_GOOD})"),
+                        **per_sample(step_ms, step_ms * busy)},
         fix=["train.compile", "data.batch_size"], ranks=[int(r)])
 
 

@@ -31,7 +31,7 @@ from workbench.analysis import frames
 from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.intervals import cat_mask, merge
 from workbench.analysis.kernels import TINY_KERNEL_US
-from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
+from workbench.diagnose.base import per_sample, Context, Diagnosis, gain, reads, severity_for
 
 BUSY_WARNING_PCT = 50.0
 BUSY_CRITICAL_PCT = 25.0
@@ -82,7 +82,8 @@ def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
                   "median_kernel_us": round(med, 2),
                   "source": "union of kernels per step; breakdown host + idle (GPU idle, main thread not on data)"},
         recommendation=rec,
-        estimated_gain=gain(step_ms, unexplained_ms, "step_ms / (step_ms - (host + idle)_ms)"),
+        estimated_gain={**gain(step_ms, unexplained_ms, "step_ms / (step_ms - (host + idle)_ms)"),
+                        **per_sample(step_ms, step_ms * busy_pct / 100.0)},
         fix=["train.compile", "data.batch_size"],
         ranks=sorted(int(r) for r in ranks),
     )
