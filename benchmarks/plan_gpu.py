@@ -39,7 +39,7 @@ def run(out: Path) -> int:
     runs = ROOT / "runs" / "plan"
     log = []
     for name, (cfg, sets) in RUNS.items():
-        cmd = [sys.executable, "-m", "workbench", "train", "--config", cfg, "--profile", "--no-analyze", "--schedule",
+        cmd = [sys.executable, "-m", "workbench", "train", "--config", cfg, "--profile", "--profile-memory", "--no-analyze", "--schedule",
                SCHEDULE, "--out", str(runs / name), "--set", f"train.steps={STEPS}"] + [a for s in sets for a in ("--set", s)]
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "throughput" in ln or "rror" in ln][-3:]

@@ -8,7 +8,7 @@ run() {  # name, config, --set overrides...
   local sets=()
   for s in "$@"; do sets+=(--set "$s"); done
   rm -rf "traces/$name"
-  python -m workbench train --config "$cfg" --nproc-per-node 2 --profile --no-analyze --schedule 2,1,3 \
+  python -m workbench train --config "$cfg" --nproc-per-node 2 --profile --profile-memory --no-analyze --schedule 2,1,3 \
       --out "traces/$name" --set train.steps=8 "${sets[@]}" > /dev/null
   echo "traces/$name: $(python -m workbench analyze --json "traces/$name" | python -c 'import json,sys; d=json.load(sys.stdin); print([(x["id"], x["severity"]) for x in d["diagnoses"]])')"
 }

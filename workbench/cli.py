@@ -49,7 +49,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out,
                             schedule=parse_schedule(args.schedule), steps_from=args.steps_from, max_steps=args.max_steps,
-                            stop_after_profile=args.stop_after_profile)
+                            stop_after_profile=args.stop_after_profile, profile_memory=args.profile_memory or None)
     return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)
 
 
@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="end the script cleanly after N steps (default: run to completion)")
     pr.add_argument("--stop-after-profile", action="store_true",
                     help="end the script cleanly once the last profiled step is written")
+    pr.add_argument("--profile-memory", action="store_true",
+                    help="record the profiler's memory events (the memory timeline inside a step); off by default: "
+                         "they slow host-sensitive recorded steps, and the allocator's peaks are in every step row")
     pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
     pr.add_argument("script", help="the training script")
     pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")

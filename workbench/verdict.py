@@ -72,6 +72,7 @@ from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
 from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
 from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
+from workbench.diagnose.memory import memory_summaries
 from workbench.errors import WorkbenchError
 from workbench.load import Run
 from workbench.overhead import capture_overhead
@@ -142,7 +143,7 @@ class Analysis:
         over = self.capture_overhead()
         if over and over.get("ratio"):
             out["capture_overhead_ratio"] = float(over["ratio"])
-        mem = list(self.per_rank_frames(frames.MEMORY_SUMMARY).values())
+        mem = list(memory_summaries(ctx).values())  # [memory] events, else the allocator's peaks (steps CSV)
         res = [m["peak_reserved_bytes"] for m in mem if m["peak_reserved_bytes"]]
         alloc = [m["peak_allocated_bytes"] for m in mem if m["peak_allocated_bytes"]]
         out["peak_reserved_gib"] = max(res) / GIB if res else None

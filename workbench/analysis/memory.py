@@ -175,3 +175,31 @@ def count_params(trace: Trace, windows: pd.DataFrame | None = None) -> int | Non
     None when the trace has no shapes. A lower bound: see weight_shapes for what it misses."""
     w = weight_shapes(trace, windows)
     return int(w["params"].sum()) if not w.empty else None
+
+
+def allocator_summary(steps: pd.DataFrame | None, capacity_bytes: int | None) -> dict | None:
+    """Peak device memory from the allocator's own statistics in ``steps_rank{r}.csv``
+    (``max_mem_allocated_bytes``, ``max_mem_reserved_bytes``: peaks since the start, issue 16) —
+    what a run captured without per-event memory records has. The keys of :func:`memory_summary`
+    (``growth_bytes_per_step`` from the allocated bytes at each step's end, over the steps from 1
+    on), or None without those columns."""
+    if steps is None or steps.empty or "max_mem_allocated_bytes" not in steps:
+        return None
+    alloc = pd.to_numeric(steps["max_mem_allocated_bytes"], errors="coerce").dropna()
+    res = pd.to_numeric(steps.get("max_mem_reserved_bytes", pd.Series(dtype=float)), errors="coerce").dropna()
+    if alloc.empty:
+        return None
+    peak = float(res.max()) if not res.empty else None
+    out = {"device": "cuda", "capacity_bytes": capacity_bytes, "peak_allocated_bytes": float(alloc.max()),
+           "peak_reserved_bytes": peak, "peak_reserved_pct": None, "headroom_gib": None,
+           "allocated_at_peak_reserved_bytes": None, "growth_bytes_per_step": 0.0, "steps": int(len(steps)),
+           "source": "allocator statistics per step (steps_rank{r}.csv max_mem_*_bytes)"}
+    if peak is not None and capacity_bytes:
+        out["peak_reserved_pct"] = 100.0 * peak / capacity_bytes
+        out["headroom_gib"] = (capacity_bytes - peak) / GIB
+    end = steps[steps["step"] >= 1] if "step" in steps else steps
+    cur = pd.to_numeric(end.get("mem_allocated_bytes", pd.Series(dtype=float)), errors="coerce").dropna()
+    if len(cur) >= 3:
+        out["growth_bytes_per_step"] = float(np.polyfit(np.arange(len(cur), dtype=float), cur.to_numpy(float), 1)[0])
+    return out
+

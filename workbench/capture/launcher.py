@@ -202,12 +202,14 @@ def _rank_exit_code(run_dir: Path, fallback: int) -> int:
 def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = None,
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
             command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
-            stop_after_profile: bool = False) -> tuple[int, Path]:
+            stop_after_profile: bool = False, profile_memory: bool | None = None) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
 
     ``command`` is what the manifest records as the user's command (default: the equivalent
     ``workbench profile`` line); ``workbench train`` passes its own. ``steps_from`` says what
-    marks a step (:mod:`workbench.capture.steps`); ``max_steps`` / ``stop_after_profile`` end the
+    marks a step (:mod:`workbench.capture.steps`); ``profile_memory`` records the profiler's
+    per-event memory records (the memory timeline; off by default: the allocator's peaks are in
+    every step row); ``max_steps`` / ``stop_after_profile`` end the
     script cleanly after that many steps / after the last profiled step.
     """
     steps_from = parse_steps_from(steps_from)
@@ -222,6 +224,8 @@ def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = 
     env = dict(os.environ, WORKBENCH_RUN_DIR=str(run_dir.resolve()), WORKBENCH_SCHEDULE=",".join(map(str, schedule)),
                WORKBENCH_STEPS_FROM=steps_from, WORKBENCH_MAX_STEPS=str(max_steps or ""),
                WORKBENCH_STOP_AFTER_PROFILE="1" if stop_after_profile else "")
+    if profile_memory is not None:  # else the environment's WORKBENCH_PROFILE_MEMORY, or the default (off)
+        env["WORKBENCH_PROFILE_MEMORY"] = "1" if profile_memory else "0"
     command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
 
     if already_a_rank():

@@ -31,7 +31,7 @@ from __future__ import annotations
 from workbench import kineto
 from workbench.analysis import frames
 from workbench.analysis.frames import Frame, RankFrames
-from workbench.analysis.memory import GIB, zero_model_states_bytes
+from workbench.analysis.memory import GIB, allocator_summary, zero_model_states_bytes
 from workbench.diagnose.base import Context, Diagnosis, reads, severity_for
 
 OOM_BANDS = ((75.0, "info"), (85.0, "warning"), (95.0, "critical"))
@@ -48,8 +48,20 @@ def _graph_launches(rf: RankFrames) -> int:
 GRAPH_LAUNCHES = Frame("graph_launches", _graph_launches, returns=int)
 
 
-def _summaries(ctx: Context) -> dict[int, dict]:
-    return {r: ctx.frame(frames.MEMORY_SUMMARY, r) for r in ctx.ranks}
+def memory_summaries(ctx: Context) -> dict[int, dict]:
+    """rank → analysis.memory.memory_summary of its trace's [memory] events, or, for a rank whose
+    trace has none (captured without ``--profile-memory``, the default since issue 16), the same
+    keys from the allocator's own peaks in its steps CSV (analysis.memory.allocator_summary)."""
+    out = {}
+    for r in ctx.ranks:
+        s = ctx.frame(frames.MEMORY_SUMMARY, r)
+        if not s.get("peak_reserved_bytes"):
+            s = allocator_summary(ctx.steps.get(r), ctx.capacity_bytes) or s
+        out[r] = s
+    return out
+
+
+_summaries = memory_summaries
 
 
 @reads(frames.MEMORY_SUMMARY)
@@ -78,7 +90,7 @@ def oom_risk(ctx: Context) -> Diagnosis | None:
                 "growth_mib_per_step": round(growth / (1 << 20), 3),
                 "steps_until_full_at_growth": None if steps_left is None else int(steps_left),
                 "per_rank_peak_pct": {int(r): round(v["peak_reserved_pct"], 2) for r, v in sums.items()},
-                "source": "[memory] events (Total Reserved / Total Allocated, CUDA) vs device capacity"}
+                "source": s.get("source") or "[memory] events (Total Reserved / Total Allocated, CUDA) vs device capacity"}
     n_params = (ctx.run_config or {}).get("n_params") or (ctx.run_config or {}).get("model", {}).get("n_params")
     if n_params:
         evidence["zero_model_states_gib"] = {f"stage{k}": round(zero_model_states_bytes(int(n_params), ctx.world_size, k) / GIB, 3)

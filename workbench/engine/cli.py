@@ -38,6 +38,8 @@ def add_train_parser(sub) -> None:
     tr.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory with --profile (default traces/train-<time>)")
     tr.add_argument("--schedule", default="1,1,3", metavar="WAIT,WARMUP,ACTIVE", help="profiler schedule with --profile (default 1,1,3)")
     tr.add_argument("--no-analyze", action="store_true", help="with --profile: do not print the verdict")
+    tr.add_argument("--profile-memory", action="store_true",
+                    help="with --profile: record the profiler's memory events (the memory timeline inside a step)")
     tr.add_argument("--print-config", action="store_true",
                     help="print the resolved config (every key, its value and what it does) as TOML and exit")
     tr.add_argument("--max-restarts", type=int, default=0, metavar="K",
@@ -104,5 +106,6 @@ def _train_profiled(args: argparse.Namespace, script_args: list[str], config: di
     out = args.out or default_run_dir(f"train-{Path(args.config).stem}.py")
     code, run_dir = profile(str(TRAIN_SCRIPT), script_args, nproc=args.nproc_per_node, out=out,
                             schedule=parse_schedule(args.schedule), config=config,
+                            profile_memory=args.profile_memory or None,
                             command=["workbench", "train", *sys.argv[2:]] if sys.argv[1:2] == ["train"] else None)
     return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)

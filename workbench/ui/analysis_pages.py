@@ -97,7 +97,8 @@ def memory_page() -> None:
     if frames:
         st.plotly_chart(memory_lines(pd.concat(frames, ignore_index=True), cap, t0 or 0.0), width="stretch")
     else:
-        st.info("No memory samples in the traces (profile with profile_memory=True; `workbench profile` does).")
+        st.info("No memory events in the traces (`workbench profile --profile-memory` records them, for the timeline "
+                "inside a step); the peaks above are the allocator's own, from the steps CSVs.")
 
     st.subheader("ZeRO what-if")
     st.caption("Model states per GPU from the ZeRO paper (mixed-precision Adam, Ψ parameters, N_d data-parallel ranks): "
