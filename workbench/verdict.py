@@ -9,13 +9,15 @@
               "steps_from"},            # added in issue 11: what ended a step (manifest), or null
       "summary": {
         "steps": int,                   # profiled steps per rank (min over ranks)
-        "step_ms": float,               # mean step time over ranks and steps
+        "step_ms": float,               # the job's step (issue 16): the mean of the unprofiled
+                                        # steps (analysis.job), the profiled ones where there are none
         "breakdown_pct": {category: float},   # mean share of step time, sums to 100
         "per_rank": [{"rank", "steps", "step_ms", "<category>_ms", "<category>_pct"}],
         "host_step_ms": float,          # the same steps timed on the host (ProfilerStep annotations)
         "host_ahead": {"device_step_ms", "host_step_ms", "ratio"} | null
                                         # set when the GPU's steps take HOST_AHEAD_RATIO× the host's:
                                         # the host ran ahead (CUDA graphs, no sync); step_ms is the GPU's
+        "trace_step_ms", "steps_covered", "job", "capture_overhead", "note"   # issue 16: Analysis.job_json
       },
       "diagnoses": [{"id", "severity", "title", "evidence", "recommendation",
                      "estimated_gain", "fix", "ranks"}],
