@@ -7,7 +7,8 @@ the GPU idle 40 % of the step waiting on a host that the profiler itself had slo
 trace measures well is the device's own work: kernel and copy durations are the GPU's, and the
 profiler's host cost does not change them. So:
 
-- **the job's step** of a rank is the mean of its unprofiled steady steps
+- **the job's step** is the mean of the unprofiled steady steps (each rank's mean, averaged over
+  the ranks: they step together)
   (:mod:`workbench.overhead`: ``step ≥ 1``, profiler off, the GPU's clock where captured). What
   makes a mean fragile is gone by construction: the capture's own pauses (the trace export, up
   to seconds) fall in no step (``capture_ms``; for older runs the one step that held the export
@@ -71,7 +72,10 @@ def correct_breakdown(breakdown: pd.DataFrame, job: pd.DataFrame, gpu: bool) -> 
     out["job"] = False
     if out.empty or job.empty:
         return out
-    target = job.set_index("rank")["step_ms"]
+    # one job step for every rank: the ranks of a job step together (a collective holds the fast
+    # ones), and per-rank means over a few unprofiled steps differ by noise (the committed 2-rank
+    # straggler: 74 and 54 ms over 3 steps each), which would skew every comparison of ranks
+    target = pd.Series(float(job["step_ms"].mean()), index=job["rank"].to_numpy())
     for rank, idx in out.groupby("rank").groups.items():
         if rank not in target.index or not target[rank] > 0:
             continue
