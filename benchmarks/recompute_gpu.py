@@ -29,6 +29,9 @@ RUNS = {  # name: --set overrides
        for m in ("none", "selective", "full")},
     **{f"recompute_1p3b_b48_{m}": [*SIZE, "data.batch_size=48", f'train.recompute="{m}"']
        for m in ("none", "full")},
+    # what the planner, calibrated on recompute_1p3b_b48_full, suggests instead (tests/plan/test_advise.py)
+    "recompute_1p3b_b48_mb24x2_none": [*SIZE, "data.batch_size=24", "train.grad_accum=2", 'train.recompute="none"'],
+    "recompute_1p3b_b48_mb12x4_none": [*SIZE, "data.batch_size=12", "train.grad_accum=4", 'train.recompute="none"'],
 }
 STEPS, SCHEDULE = 16, "5,2,2"
 RUN_TIMEOUT_S = 150
