@@ -74,6 +74,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         flash_attention=args.flash_attention, dp_overlap=args.dp_overlap, from_run=args.from_run)
     doc = to_json(plan(req))
     if args.json:
+        for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
+            print(f"workbench: warning: {w}", file=sys.stderr)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
