@@ -79,8 +79,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    con = Console(stderr=True, highlight=False)
+    # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
+    con = Console(file=sys.stdout, highlight=False)
     if not con.is_terminal:
-        con.width = max(con.width, 160)  # logs and pipes: keep the table's columns whole
-    print_plan(doc, con)
+        con.width = max(con.width, 160)  # files and pipes: keep the table's columns whole
+    print_plan(doc, con, notes=Console(stderr=True, highlight=False, soft_wrap=True))
     return 0
