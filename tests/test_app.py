@@ -288,3 +288,17 @@ def test_plan_page_ranks_layouts_with_memory_and_time_bars(monkeypatch):
     mem = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Memory per GPU"))
     assert {d["name"] for d in mem["data"]} >= {"weights", "gradients", "optimizer state", "activations"}
     assert "Why the others lost" in texts(at) and "stated default efficiencies" in texts(at)
+
+
+def test_plan_page_finds_fsdp2_on_one_gpu_and_warns_outside_the_calibration(monkeypatch):
+    """Llama-3 8B at sequence 8192 on one H200, torch stack: FSDP2 (ZeRO-3) at dp 1 with full
+    recomputation fits at 16 bytes per parameter; calibrated on a 370M run, the 8B head's matmul
+    lies outside the measured sizes and the page says so."""
+    at = open_page(monkeypatch, "plan_page", run=None, model="llama3-8b", gpus="1", gpu="H200", batch="1")
+    at.radio[0].set_value("torch").run()
+    assert not at.exception and "No layout fits" not in texts(at)
+    assert at.dataframe[0].value["layout"].iloc[0] == "tp=1,pp=1,dp=1,zero=3,mb=1,recompute=full,sp=0"
+    assert not any("outside the calibration" in str(w.value) for w in at.warning)
+    at.multiselect[0].set_value(["case_gpu_2_preload_shm"]).run()
+    assert not at.exception
+    assert any("outside the calibration" in str(w.value) for w in at.warning)

@@ -72,7 +72,7 @@ def test_errors_are_one_line():
 def test_text_output_names_the_memory_and_the_split():
     r = workbench("plan", "megatron-22b", "--gpus", "8", "--gpu", "A100-SXM4-80GB", "--global-batch", "4")
     assert r.returncode == 0, r.stderr
-    assert "why the others lost" in r.stderr and "activations:" in r.stderr and "MFU" in r.stderr
+    assert "why the others lost" in r.stdout and "activations:" in r.stdout and "MFU" in r.stdout
 
 
 def test_plan_imports_no_torch_plotly_streamlit():
@@ -101,4 +101,4 @@ def test_compare_a_run_against_its_plan(tmp_path):
     assert abs(rows["steady step"]["error_pct"]) <= 15 and abs(rows["peak memory per GPU"]["error_pct"]) <= 10
     assert abs(rows["collective bytes per step (rank 0)"]["error_pct"]) <= 5
     text = workbench("compare", run, p)
-    assert text.returncode == 0 and "against its plan" in text.stderr
+    assert text.returncode == 0 and "against its plan" in text.stdout

@@ -90,6 +90,15 @@ def gemm_by_size(calls: list[tuple[float, float]], peak_flops: float, per_decade
     return tuple(pts)
 
 
+def gemm_calls_in_buckets(calls: list[tuple[float, float]], per_decade: int = 4) -> list[tuple[float, float]]:
+    """The calls :func:`gemm_by_size` measures (those in buckets of two calls or more)."""
+    key = [int(math.floor(math.log10(f) * per_decade)) for f, _ in calls]
+    count: dict[int, int] = {}
+    for k in key:
+        count[k] = count.get(k, 0) + 1
+    return [c for c, k in zip(calls, key) if count[k] >= 2]
+
+
 def _per_step(doc: dict, classes: tuple[str, ...], *, exclude_sub: tuple[str, ...] = ()) -> float:
     eff = doc.get("efficiency") or {}
     steps = max(1, int(doc["summary"]["steps"] or 1)) * max(1, int(doc["run"]["world_size"] or 1))
@@ -185,8 +194,16 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
         p, calls = max(by_peak.items(), key=lambda kv: len(kv[1]))
         pts = gemm_by_size(calls, p)
         total = sum(f for f, _ in calls) / sum(s for _, s in calls) / p
-        eff = replace(eff, gemm=total, gemm_by_size=pts)
-        notes.append(f"GEMM: {len(calls)} matmul calls in {len(pts)} size buckets, {total:.0%} of peak overall")
+        kept = gemm_calls_in_buckets(calls)
+        if pts and kept:
+            lo, hi = min(f for f, _ in kept), max(f for f, _ in kept)
+            eff = replace(eff, gemm_by_size=pts, gemm_flops_range=(lo, hi))
+            notes.append(f"GEMM: {len(calls)} matmul calls in {len(pts)} size buckets, {total:.0%} of peak overall; "
+                         f"measured from {lo:.2g} to {hi:.2g} FLOPs per call (other sizes: the default "
+                         f"{eff.gemm:.0%} of peak)")
+        else:
+            notes.append(f"GEMM: {len(calls)} matmul calls, too few of any one size to calibrate — "
+                         f"the default {eff.gemm:.0%} of peak is used")
     if attn[1]:
         eff = replace(eff, attention=attn[0] / attn[1])
         notes.append(f"attention: {attn[0] / attn[1]:.0%} of peak")

@@ -74,11 +74,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         flash_attention=args.flash_attention, dp_overlap=args.dp_overlap, from_run=args.from_run)
     doc = to_json(plan(req))
     if args.json:
+        for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
+            print(f"workbench: warning: {w}", file=sys.stderr)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    con = Console(stderr=True, highlight=False)
+    # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
+    con = Console(file=sys.stdout, highlight=False)
     if not con.is_terminal:
-        con.width = max(con.width, 160)  # logs and pipes: keep the table's columns whole
-    print_plan(doc, con)
+        con.width = max(con.width, 160)  # files and pipes: keep the table's columns whole
+    print_plan(doc, con, notes=Console(stderr=True, highlight=False, soft_wrap=True))
     return 0

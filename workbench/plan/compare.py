@@ -100,7 +100,7 @@ def cmd_compare_plan(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(stderr=True, highlight=False)
+    con = Console(file=sys.stdout, highlight=False)  # the result; the layout note below goes to stderr
     t = Table(title=f"{Path(args.a).name} against its plan ({doc['plan_layout']}, efficiencies {doc['efficiencies']})",
               title_justify="left")
     for c in ("metric", "predicted", "measured", "error"):
@@ -114,5 +114,6 @@ def cmd_compare_plan(args) -> int:
                   "–" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%")
     con.print(t)
     if doc["layout_matches"] is False:
-        con.print(f"[yellow]note:[/] the run's layout is {doc['run_layout']}, the plan's {doc['plan_layout']}")
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[yellow]note:[/] the run's layout is {doc['run_layout']}, the plan's {doc['plan_layout']}")
     return 0

@@ -8,7 +8,9 @@
      "global_batch": int, "tokens_per_step": int, "stack": str, "dtype": str,
      "efficiencies": {source: "defaults"|"calibrated", runs: [path], notes: [str], gemm,
                       gemm_by_size: [{flops_per_call, share_of_peak}], attention, memory_bound,
-                      optimizer, host_s_per_kernel, kernels_per_layer, busbw_gb_s: {link: GB/s}},
+                      optimizer, host_s_per_kernel, kernels_per_layer, busbw_gb_s: {link: GB/s},
+                      gemm_flops_range: [lo, hi]|null,   # FLOPs per call the calibration measured
+                      warnings: [str]},                  # e.g. the plan's matmuls outside that range
      "searched": int, "fitting": int,
      "plans": [{"rank": int|null,         # null for a --layout that is not among the fitting ones
                 "given": bool,            # true for the --layout one (then plans[0])
@@ -20,7 +22,8 @@
                            formulas: {component: str}},
                 "time": {step_ms, compute_ms, recompute_ms, tp_comm_ms, bubble_ms, pp_comm_ms,
                          dp_comm_ms, dp_exposed_ms, optimizer_ms, host_ms, gemm_ms, attention_ms,
-                         memory_bound_ms, tokens_per_s, mfu, hfu, stage} | null,
+                         memory_bound_ms, tokens_per_s, mfu, hfu, stage,
+                         gemm_outside_calibration_pct} | null,
                 "collectives": [{op, group, bytes, calls, ranks, link, when, bytes_per_step}]}],
      "rejected": [{reason, count, example, detail}]}
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 from workbench.plan.hardware import FIT_FRACTION
 from workbench.plan.search import Evaluated, Plan, collectives_of
+from workbench.plan.timing import gemm_calls
 
 JSON_SCHEMA = "workbench.plan/1"
 
@@ -51,6 +55,8 @@ def to_json(p: Plan) -> dict:
         pos = next((i for i, e in enumerate(p.ranked) if e.layout == p.given.layout), None)
         plans.append(_plan_json(p, p.given, None if pos is None else pos + 1, True))
     plans += [_plan_json(p, e, i + 1, False) for i, e in enumerate(ranked)]
+    eff = r.efficiencies.to_json()
+    eff["warnings"] = _calibration_warnings(p, [p.given] * (p.given is not None) + ranked)
     return {
         "json_schema": JSON_SCHEMA,
         "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
@@ -62,11 +68,27 @@ def to_json(p: Plan) -> dict:
                     "peak_tflops": c.gpu.tflops, "hbm_tb_s": c.gpu.hbm_tb_s, "peaks_source": c.gpu.source,
                     "links": c.links_source},
         "global_batch": r.global_batch, "tokens_per_step": r.global_batch * m.seq, "stack": r.stack, "dtype": r.dtype,
-        "efficiencies": r.efficiencies.to_json(),
+        "efficiencies": eff,
         "searched": p.searched, "fitting": p.fitting,
         "plans": plans,
         "rejected": [{"reason": x.reason, "count": x.count, "example": x.example, "detail": x.detail} for x in p.losses],
     }
+
+
+def _calibration_warnings(p: Plan, shown: list[Evaluated]) -> list[str]:
+    """One line when the shown layouts' matmuls lie outside the sizes the calibration measured."""
+    eff = p.request.efficiencies
+    outside = [e for e in shown if e.time is not None and (e.time.gemm_outside_calibration_pct or 0) > 0]
+    if not outside or not eff.gemm_flops_range:
+        return []
+    e = outside[0]
+    sizes = [one for one, _ in gemm_calls(p.request.model, e.layout, e.stack, e.time.stage)]
+    lo, hi = eff.gemm_flops_range
+    more = f" (and {len(outside) - 1} more of the layouts shown)" if len(outside) > 1 else ""
+    return [f"GEMM sizes outside the calibration: {e.layout.key()}'s matmuls are {min(sizes):.2g}–{max(sizes):.2g} "
+            f"FLOPs per call, {e.time.gemm_outside_calibration_pct:.0f} % of their FLOPs outside the "
+            f"{lo:.2g}–{hi:.2g} the runs measured (± a quarter decade){more}; those are timed at the default {eff.gemm:.0%} of peak, "
+            "not extrapolated — calibrate on a run of this model's size to measure them"]
 
 
 def short_key(lay: dict) -> str:
@@ -79,8 +101,9 @@ def short_key(lay: dict) -> str:
     return s
 
 
-def print_plan(doc: dict, con) -> None:
-    """The plan document as tables (rich console)."""
+def print_plan(doc: dict, con, notes=None) -> None:
+    """The plan document as tables on ``con`` (the result: stdout); its warnings on ``notes``
+    (stderr; ``con`` when not given)."""
     from rich.table import Table
 
     m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
@@ -96,6 +119,8 @@ def print_plan(doc: dict, con) -> None:
         con.print(f"efficiencies: [green]calibrated[/] on {', '.join(e['runs'])}")
         for n in e["notes"]:
             con.print(f"  {n}")
+    for w in e.get("warnings") or []:
+        (notes or con).print(f"[yellow]warning:[/] {w}")
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
               f"{c['usable_memory_gib']:.0f} GiB")
     t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "

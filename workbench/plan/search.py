@@ -145,7 +145,10 @@ def layouts(req: PlanRequest) -> list[Layout]:
                         continue
                     # DeepSpeed and Megatron-LM run ZeRO-2/3 without pipelining; FSDP2 runs under it
                     for zero in ((0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)):
-                        if zero and dp == 1:
+                        # ZeRO shards nothing over one replica, but FSDP2 (the torch stack's ZeRO-3)
+                        # on one GPU still saves memory: bf16 blocks, no autocast weight copies, no
+                        # DDP buckets — what torchtitan-like trainers run by default on one GPU
+                        if zero and dp == 1 and not (zero == 3 and req.stack == "torch"):
                             continue
                         for recompute in RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
@@ -178,9 +181,14 @@ def plan(req: PlanRequest) -> Plan:
     """Search, rank, explain (and evaluate ``req.layout`` when given)."""
     candidates = layouts(req)
     evaluated = [evaluate(req, lay, timed=False) for lay in candidates]
+    given = evaluate(req, req.layout, timed=True) if req.layout else None
+    if given is not None and req.layout not in set(candidates):
+        # a --layout outside the search space (e.g. a micro-batch of 64) that runs and fits is a
+        # layout like any other: ranked and counted among those that fit
+        candidates.append(req.layout)
+        evaluated.append(given if (given.problem is None and given.memory.fits) else evaluate(req, req.layout, timed=False))
     # ties (GPipe and its 1F1B twin take equally long) go to the layout that needs less memory
     fit = sorted((e for e in evaluated if e.time is not None), key=lambda e: (round(e.time.step_s, 9), e.memory.total))
-    given = evaluate(req, req.layout, timed=True) if req.layout else None
     losses: list[Loss] = []
     too_big = [e for e in evaluated if e.time is None]
     if too_big:

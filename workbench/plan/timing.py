@@ -34,6 +34,9 @@ DEFAULT_ATTENTION = 0.50
 workbench's attention_math rule assumes."""
 DEFAULT_MEMORY = 0.70
 """Share of HBM bandwidth memory-bound kernels (norms, activations, casts, the optimizer) reach."""
+GEMM_RANGE_SLACK = 10 ** 0.25
+"""A matmul counts as measured within one size bucket (a quarter decade, the calibration's own
+resolution: :func:`workbench.plan.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
 OPTIMIZER_BYTES_PER_PARAM = {"torch": 40.0, "megatron": 42.0}
 """AdamW streams per parameter: fp32 weight, gradient, two moments read and written (28 B, torch's
 fused kernel), the gradient-norm and clipping passes (12 B); Megatron-LM adds the bf16 copy."""
@@ -44,9 +47,14 @@ class Efficiencies:
     """Shares of the datasheet peaks each kind of kernel reaches: the defaults above, or measured."""
 
     gemm: float = DEFAULT_GEMM
-    """Matmuls, share of the dtype's dense peak (used where no measured size is near)."""
+    """Matmuls, share of the dtype's dense peak: every matmul when none was measured, else those
+    outside ``gemm_flops_range`` (a calibration says nothing about sizes it did not see: a tiny
+    model's matmuls at 37 % of peak must not slow an 8B model's down)."""
     gemm_by_size: tuple[tuple[float, float], ...] = ()
     """Measured (FLOPs per call, share of peak), sorted: interpolated in log(FLOPs)."""
+    gemm_flops_range: tuple[float, float] | None = None
+    """Smallest and largest FLOPs per call among the measured matmuls; None: all of them
+    (``gemm_by_size`` without a range, as hand-made efficiencies give it)."""
     attention: float = DEFAULT_ATTENTION
     """Fused attention kernels, share of the peak."""
     memory_bound: float = DEFAULT_MEMORY
@@ -66,9 +74,18 @@ class Efficiencies:
     notes: tuple[str, ...] = ()
     """What was measured and what stayed a default, one line each."""
 
+    def measured(self, flops: float) -> bool:
+        """Whether a matmul of ``flops`` per call lies within the calibrated sizes."""
+        if not self.gemm_by_size:
+            return False
+        if self.gemm_flops_range is None:
+            return True
+        lo, hi = self.gemm_flops_range
+        return lo / GEMM_RANGE_SLACK <= flops <= hi * GEMM_RANGE_SLACK
+
     def gemm_share(self, flops: float) -> float:
         pts = self.gemm_by_size
-        if not pts:
+        if not pts or not self.measured(flops):
             return self.gemm
         xs = [math.log(p[0]) for p in pts]
         x = math.log(max(flops, 1.0))
@@ -84,6 +101,7 @@ class Efficiencies:
         d = asdict(self)
         d["gemm_by_size"] = [{"flops_per_call": f, "share_of_peak": round(e, 4)} for f, e in self.gemm_by_size]
         d["busbw_gb_s"] = {k: round(v / 1e9, 2) for k, v in d.pop("busbw").items()}
+        d["gemm_flops_range"] = list(self.gemm_flops_range) if self.gemm_flops_range else None
         return d
 
 
@@ -125,6 +143,9 @@ class StepTime:
     """FLOPs the GPUs ran (recomputation included) over the same peak."""
     stage: int
     """The slowest pipeline stage."""
+    gemm_outside_calibration_pct: float | None = None
+    """Share of the slowest stage's matmul FLOPs whose size per call lies outside the calibrated
+    range (timed with the default share instead); None when nothing was calibrated."""
 
     def to_json(self) -> dict:
         out = {}
@@ -163,7 +184,7 @@ def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Clu
     """One matmul: FLOPs at the measured share for its size, or the roofline with the default."""
     flops = 2.0 * M * N * K * batch
     peak = cluster.gpu.peak_flops(dtype)
-    if eff.gemm_by_size:
+    if eff.measured(flops / batch):
         return flops / (peak * eff.gemm_share(flops / batch))
     c = dtype_bytes(dtype)
     moved = c * (M * K + K * N + M * N) * batch
@@ -176,6 +197,30 @@ def _gemms(m: ModelSpec, stack: Stack, t: int) -> list[tuple[float, float]]:
     attn = [(m.qkv_out / t, h)] if stack.fused_qkv else [(h / t, h), (kvd / t, h), (kvd / t, h)]
     up = [(2 * f / t, h)] if (m.gated and stack.fused_kernels) else [(f / t, h)] * (2 if m.gated else 1)
     return attn + [(h, h / t)] + up + [(h, f / t)]
+
+
+def gemm_calls(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> list[tuple[float, float]]:
+    """(FLOPs per call, FLOPs per micro-batch) of every matmul one micro-batch runs forward on
+    ``stage`` — the sizes a GEMM calibration has to cover (backward's are the same shapes)."""
+    L = stage_layers(m.layers, layout.pp, stage)
+    t, s, M = layout.tp, m.seq, layout.mb * m.seq
+    out = [(2.0 * M * n * k, 2.0 * M * n * k * L) for n, k in _gemms(m, stack, t)]
+    if not stack.flash_attention:
+        heads = layout.mb * m.heads / t
+        one = 2.0 * s * s * m.head_dim
+        out += [(one, 2 * one * heads * L)]
+    if stage == layout.pp - 1:
+        V = m.vocab / (t if stack.vocab_parallel else 1)
+        out.append((2.0 * M * V * m.hidden,) * 2)
+    return out
+
+
+def outside_calibration_pct(calls: list[tuple[float, float]], eff: Efficiencies) -> float | None:
+    """Percent of ``calls``' FLOPs at sizes ``eff`` did not measure; None without a calibration."""
+    if not eff.gemm_by_size:
+        return None
+    total = sum(f for _, f in calls)
+    return 100.0 * sum(f for one, f in calls if not eff.measured(one)) / total if total else 0.0
 
 
 def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int) -> tuple[float, float]:
@@ -291,7 +336,8 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
                     bubble_s=bubble, pp_comm_s=p2p, dp_comm_s=dp_total, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
                     host_s=host, gemm_s=mbs * mb.gemm, attention_s=mbs * mb.attention, memory_bound_s=mbs * mb.memory,
                     tokens_per_s=tokens / step, mfu=model_flops / (step * cluster.gpus * peak),
-                    hfu=hw / (step * cluster.gpus * peak) if hw else 0.0, stage=stage)
+                    hfu=hw / (step * cluster.gpus * peak) if hw else 0.0, stage=stage,
+                    gemm_outside_calibration_pct=outside_calibration_pct(gemm_calls(m, layout, stack, stage), eff))
 
 
 def _dp_exposed(dp_calls: list[Collective], cluster: Cluster, eff: Efficiencies, stack: Stack, mb: _MicroBatch,

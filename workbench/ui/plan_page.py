@@ -81,6 +81,8 @@ def plan_page() -> None:
                 f"memory-bound {e['memory_bound']:.0%} of HBM): pick runs above to calibrate on your own.")
     else:
         st.success("Calibrated on " + ", ".join(e["runs"]) + ": " + "; ".join(e["notes"]))
+    for w in e.get("warnings") or []:
+        st.warning(w)
     m = doc["model"]
     st.markdown(f"**{m['name']}**: {m['params'] / 1e9:,.2f}B parameters on {doc['cluster']['gpus']:,} × "
                 f"{doc['cluster']['gpu']} — {doc['searched']:,} layouts searched, {doc['fitting']:,} fit in "
