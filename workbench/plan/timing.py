@@ -85,6 +85,10 @@ class Efficiencies:
 
     def gemm_share(self, flops: float) -> float:
         pts = self.gemm_by_size
+        if pts and self.gemm_flops_range is not None and flops < self.gemm_flops_range[0] / GEMM_RANGE_SLACK:
+            # smaller than any measured matmul: never faster than the smallest one ran (a matmul's
+            # share of peak falls with its size; the default is a large GEMM's)
+            return min(self.gemm, pts[0][1])
         if not pts or not self.measured(flops):
             return self.gemm
         xs = [math.log(p[0]) for p in pts]
