@@ -43,7 +43,7 @@ def engine_truth(manifest: dict) -> dict:
     tp = world // dp if mode == "tp" else 1
     pp = world // dp if mode == "pp" else 1
     mb = p["microbatches"] if mode == "pp" else t["grad_accum"]
-    gpu = manifest.get("device_name") not in (None, "cpu")
+    gpu = str((manifest.get("ranks") or {}).get("0", {}).get("device", "")).startswith("cuda")
     dtype = "bf16" if p["mixed_precision"] == "bf16" or (p["mixed_precision"] == "auto" and gpu) else "fp32"
     truth = {
         "params_total": engine_params(m), "layers": m["n_layer"], "hidden": m["d_model"], "heads": m["n_head"],
@@ -53,7 +53,7 @@ def engine_truth(manifest: dict) -> dict:
         "recompute": "full" if t["activation_checkpointing"] else "none", "optimizer": t["optimizer"],
         "layout": {"world_size": world, "dp": dp, "tp": tp, "pp": pp, "fsdp": mode in ("zero2", "zero3"),
                    "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0)},
-        "dtype": dtype if gpu else None,
+        "dtype": dtype,
     }
     if mode != "pp":
         truth["tied"] = m["tie_embeddings"]
@@ -113,7 +113,8 @@ def own_mfu(name: str, doc: dict) -> tuple[float | None, str]:
     if not (fpt and tps and peak):
         return None, ""
     # the engine's throughput line: tokens/s per device × its FLOPs per token / the bf16 peak
-    return 100 * tps / doc["run"]["world_size"] * fpt / (peak.tflops["bf16"] * 1e12), "engine `throughput:` formula"
+    return (100 * tps / doc["run"]["world_size"] * fpt / (peak.tflops["bf16"] * 1e12),
+            "engine's formula: manifest FLOPs/token × recorded tokens/s")
 
 
 def measure(name: str, truth: dict) -> dict:
@@ -131,21 +132,45 @@ def measure(name: str, truth: dict) -> dict:
         rows.append({"field": k, "inferred": got.get(k), "true": v, "ok": got.get(k) == v})
     eff = doc["efficiency"] or {}
     theirs, how = own_mfu(name, doc)
+    # tokens/s from the inferred model against the script's own count (steps CSV, record_metrics)
+    from workbench.analysis.throughput import steady_summary, tokens_per_s
+    from workbench.verdict import model_tokens_per_s
+
+    a = analyze_run(TRACES / name)
+    recorded = tokens_per_s(steady_summary(a.context.steps, warmup=a.context.steps_warmup))
+    if recorded is None and truth.get("tokens_per_step"):
+        # a script that counts no tokens: its true tokens per step over its own timer's step
+        from benchmarks import corpus
+        from statistics import mean
+
+        e = corpus.BY_NAME.get(name.split("/", 1)[-1])
+        if e and e.timer:
+            own = corpus.own_times(e, (TRACES / name / "console.log").read_text())
+            (job,) = doc["summary"]["job"] or [None]
+            steps = [v for k, v in own.get("per_step", {}).items() if job and job["first_step"] <= k <= job["last_step"]]
+            ms = mean(steps) if steps else own.get("mean_ms")
+            recorded = truth["tokens_per_step"] / (ms / 1e3) if ms else None
+    inferred = model_tokens_per_s(model, doc["metrics"].get("steady_step_ms") or doc["metrics"].get("step_ms"))
     return {"run": name, "fields": rows, "matched": sum(r["ok"] for r in rows), "total": len(rows),
+            "tokens_per_s_model": inferred, "tokens_per_s_recorded": recorded,
             "mfu_bf16_pct": eff.get("mfu_bf16_pct"), "hfu_bf16_pct": eff.get("hfu_bf16_pct"), "own_mfu_pct": theirs,
             "own_mfu_from": how, "mfu_source": eff.get("mfu_source")}
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| run | fields right | wrong or missing (inferred vs true) | MFU (bf16 peak) | trainer's own | HFU |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| run | fields right | wrong or missing (inferred vs true) | MFU (bf16 peak) | trainer's own | HFU | tokens/s: model · the script's |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
         bad = "; ".join(f"{x['field']} {x['inferred']} vs {x['true']}" for x in r["fields"] if not x["ok"]) or "–"
 
         def pct(v):
             return f"{v:.1f} %" if v is not None else "–"
         own = f"{pct(r['own_mfu_pct'])} ({r['own_mfu_from']})" if r["own_mfu_pct"] is not None else "–"
-        lines.append(f"| {r['run']} | {r['matched']}/{r['total']} | {bad} | {pct(r['mfu_bf16_pct'])} | {own} | {pct(r['hfu_bf16_pct'])} |")
+        tm, tr = r["tokens_per_s_model"], r["tokens_per_s_recorded"]
+        tok = (f"{tm:,.0f}" if tm else "–") + " · " + (f"{tr:,.0f}" if tr else "–")
+        if tm and tr:
+            tok += f" ({100 * (tm / tr - 1):+.1f} %)"
+        lines.append(f"| {r['run']} | {r['matched']}/{r['total']} | {bad} | {pct(r['mfu_bf16_pct'])} | {own} | {pct(r['hfu_bf16_pct'])} | {tok} |")
     n, m = sum(r["matched"] for r in results), sum(r["total"] for r in results)
     lines.append(f"\n{n} of {m} known fields inferred right over {len(results)} runs.")
     return "\n".join(lines)

@@ -173,3 +173,30 @@ def test_public_traces(run, kind):
         assert v(m, "recompute") == "full"
     if kind is None:  # no shapes: nothing guessed
         assert m["fields"] == {}
+
+
+def test_compare_gains_mfu_rows_and_model_tokens():
+    """``workbench compare`` on the 370M run and its recomputing twin: tokens/s from the model (the
+    engine's steps CSVs count tokens too: the two agree), MFU rows for both, MFU falling with the
+    step (the same model FLOPs), HFU falling less (the recomputed forward is executed work)."""
+    from workbench.compare import compare_runs
+
+    a, b = analyze_run(TRACES / "plan_gpu_370m_b16"), analyze_run(TRACES / "plan_gpu_370m_b16_ac")
+    rows = compare_runs(a, b).metrics.set_index("metric")
+    assert {"mfu_pct", "hfu_pct", "tokens_per_s"} <= set(rows.index)
+    step = rows.loc["steady_step_ms"]
+    assert rows.loc["mfu_pct", "b"] / rows.loc["mfu_pct", "a"] == pytest.approx(step["a"] / step["b"], rel=1e-3)
+    assert rows.loc["hfu_pct", "delta_pct"] > rows.loc["mfu_pct", "delta_pct"]
+    from workbench.verdict import model_tokens_per_s
+
+    for an in (a, b):
+        m = an.metrics()
+        assert model_tokens_per_s(an.model_json(), m["steady_step_ms"]) == pytest.approx(m["tokens_per_s"], rel=1e-3)
+
+
+def test_tokens_per_s_without_record_metrics():
+    """nanoGPT counts no tokens for the workbench: tokens/s comes from the model (12 × 1024 × 4 per
+    step over the job's step), within 1 % of its true tokens over its own timer's steps."""
+    doc = analyze_run(TRACES / "corpus/nanogpt_bf16_gpu").to_json()
+    s = doc["summary"]
+    assert doc["metrics"]["tokens_per_s"] == pytest.approx(49152 / (s["step_ms"] / 1e3), rel=1e-3)
