@@ -27,6 +27,7 @@ Frame name → function → columns (see each function's docstring):
 ``inventory``       analysis.comm.collective_inventory         INVENTORY_COLUMNS
 ``memory_summary``  analysis.memory.memory_summary             dict
 ``efficiency``      analysis.kernel_classes.efficiency         Efficiency (compacted)
+``model``           analysis.model.rank_model                  dict (kind, fields, evidence)
 ==================  =========================================  ==============================
 """
 
@@ -43,6 +44,7 @@ from workbench.analysis.comm import collective_calls, collective_inventory, comm
 from workbench.analysis.kernel_classes import Efficiency, compact, efficiency
 from workbench.analysis.kernels import device_busy
 from workbench.analysis.memory import memory_summary
+from workbench.analysis.model import rank_model
 from workbench.analysis.steps import step_breakdown, step_windows
 from workbench.load.trace import Trace, read_trace
 
@@ -242,6 +244,11 @@ def _efficiency(rf: RankFrames) -> Efficiency:
     return efficiency(rf.trace, rf.device_name(), rf[WINDOWS])
 
 
+def _model(rf: RankFrames) -> dict:
+    # the counted ops that ran (on GPU traces: launched kernels), with the dtype they ran in
+    return rank_model(rf.trace, rf[WINDOWS], rf[EFFICIENCY].ops)
+
+
 WINDOWS = Frame("windows", _windows)
 BREAKDOWN = Frame("breakdown", _breakdown)
 DEVICE_BUSY = Frame("device_busy", _device_busy)
@@ -250,6 +257,7 @@ COLLECTIVE_CALLS = Frame("collective_calls", _collective_calls)
 INVENTORY = Frame("inventory", _inventory)
 MEMORY_SUMMARY = Frame("memory_summary", _memory_summary, returns=dict)
 EFFICIENCY = Frame("efficiency", _efficiency, returns=Efficiency, compact=compact)
+MODEL = Frame("model", _model, returns=dict)
 
-FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY)
+FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL)
 """The analysis layer's frames (rules add their own: ``workbench.diagnose.FRAMES``)."""

@@ -4,7 +4,8 @@ msgspec decodes events into typed structs that keep 7 fields and leave ``args`` 
 :class:`Columns` folds each batch of structs into compact arrays (float64 times, int32 codes
 for names, categories and threads) and decodes ``args`` only for the few events analysis reads
 (GPU kernels' stream and bytes, memory samples, collectives, thread names, and the shapes of
-the operators whose FLOPs are counted, see ``kineto.SHAPE_OP``). The loader feeds it
+the operators whose FLOPs are counted, see ``kineto.SHAPE_OP``, and the few that describe
+the model, ``kineto.MODEL_OP``). The loader feeds it
 one slice of ~50k events at a time and drops the slice, so a 500k-event trace never exists as
 500k Python objects at once (that, not the JSON text, is what made a whole-file decode peak at
 ~640 MiB on a 153 MB trace). The whole-file fallback feeds it all events in one batch; either way
@@ -196,7 +197,7 @@ class Columns:
         for i in np.flatnonzero(flags_np[codes]):
             self.comm_rows.append(_comm_row(complete[i]))
         shape = self.is_shape_name
-        shape.extend(bool(kineto.SHAPE_OP.match(n)) for n in list(self.names)[len(shape):])
+        shape.extend(bool(kineto.SHAPE_OP.match(n) or kineto.MODEL_OP.match(n)) for n in list(self.names)[len(shape):])
         for i in np.flatnonzero(np.array(shape, dtype=bool)[codes]):
             e = complete[i]
             if e.cat == kineto.CPU_OP and e.args:
