@@ -17,7 +17,8 @@ Events (every row of ``events``):
 
 Step markers (host ``ProfilerStep#N`` annotations, the steps of :mod:`workbench.analysis.steps`):
 - a marker of no duration: dropped (it is no step);
-- a step number marked more than once: the first marker is kept;
+- a step number marked more than once: its shortest marker is kept (copies are alike, and a
+  range that wraps the profiler's marker under its name is not the step);
 - a marker that runs past the start of the next one (overlapping or nested markers): it is cut to
   end where the next begins, as the profiler's markers do (one step ends where the next starts).
 """
@@ -95,12 +96,20 @@ def _clean_markers(events: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if drop.any():
         notes.append(f"dropped {int(drop.sum())} step marker(s) of no duration ({', '.join(sorted(set(names[drop]))[:3])}): "
                      "a step of 0 µs is no step")
-    dup = pd.Series(names).duplicated(keep="first").to_numpy() & ~drop
+    # of the markers of one number the shortest is kept: copies are identical, and a marker that
+    # wraps another of its number (a tool's or a user's range around the profiler's) is not the step
+    order = np.lexsort((dur, names))
+    first = np.zeros(len(rows), bool)
+    live = order[~drop[order]]
+    if len(live):
+        n_live = names[live]
+        first[live[np.r_[True, n_live[1:] != n_live[:-1]]]] = True
+    dup = ~drop & ~first
     if dup.any():
         counts = pd.Series(names[~drop]).value_counts()
         twice = counts[counts > 1]
         notes.append(f"{len(twice)} step number(s) marked more than once ({', '.join(twice.index[:3])}"
-                     f"{' …' if len(twice) > 3 else ''}, up to {int(twice.max())}×): kept the first marker of each")
+                     f"{' …' if len(twice) > 3 else ''}, up to {int(twice.max())}×): kept the shortest marker of each")
         drop |= dup
     keep = ~drop
     k_rows, k_ts, k_dur = rows[keep], ts[keep], dur[keep]

@@ -62,7 +62,10 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # Candidate boundaries between two events: "}" "," "{" with JSON whitespace between. Kineto's
 # layout gives "},\n  {", json.dumps "}, {" or "},{"; the same bytes may also occur inside a
 # nested array of objects or a string, which a failed slice decode exposes (see _decode_slice).
-_BOUNDARY = re.compile(rb"}[ \t\r\n]*,[ \t\r\n]*{")
+# The whitespace is bounded: unbounded, a run of megabytes after a "}" cost a full scan and
+# backtrack per search (60 MiB of padding took 7 s); no writer indents by more than this.
+SEP_SPACE = 256
+_BOUNDARY = re.compile(rb"}[ \t\r\n]{0,%d},[ \t\r\n]{0,%d}{" % (SEP_SPACE, SEP_SPACE))
 # Separator occurrences tried per cut before giving up to the whole-file path. Each failed try
 # costs one decode of the slice; real traces hold no "},{" inside args (measured: no failed cut on
 # the 43 committed traces under traces/, Kineto layout and minified, at 64 KB slices), so this
@@ -306,6 +309,7 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
     limit = max_events()
     where = [0, 0]
     text_size = decoded = 0  # text read, and text decoded into events
+    scanned = 0  # how far the search for the separator has looked
     head, header = b"", None
     sep: bytes | None = None
     pending: list[bytes] = []
@@ -327,7 +331,8 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
         buf = b"".join(pending)
         pos = 0
         if sep is None:
-            sep = _find_separator(buf)
+            sep = _find_separator(buf, scanned)
+            scanned = max(0, len(buf) - 2 * SEP_SPACE - 3)  # a boundary may straddle the next text
         while sep is not None and len(buf) - pos >= slice_bytes:
             cut = _decode_slice(buf, pos, sep, slice_bytes)
             if cut is None:
@@ -374,14 +379,15 @@ def _split_header(head: bytes) -> tuple[bytes | None, bytes]:
     return head[: m.end() - 1], head[m.end() :]
 
 
-def _find_separator(buf: bytes) -> bytes | None:
+def _find_separator(buf: bytes, start: int = 0) -> bytes | None:
     """The bytes between the first event's closing "}" and the second event's "{" (inclusive), taken
     as this file's separator; None when ``buf`` does not hold two events yet.
 
     The first candidate after which the text so far decodes as one list of events is the real end
     of the first event: a candidate inside a nested value or a string leaves a bracket or a quote
-    open, and the decode fails."""
-    for k, m in enumerate(_BOUNDARY.finditer(buf)):
+    open, and the decode fails. ``start``: where to look from (the candidates before it failed on
+    a shorter text already, and would again)."""
+    for k, m in enumerate(_BOUNDARY.finditer(buf, start)):
         if k == MAX_SEP_TRIES:
             raise _NotSliceable(f"none of the first {MAX_SEP_TRIES} event boundaries ends its first event")
         try:
