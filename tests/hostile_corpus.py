@@ -348,6 +348,23 @@ def _step_zero(doc):
     _steps(doc)[1]["dur"] = 0
 
 
+def _file(build, name: str):
+    """The one file ``build`` made, for the upload."""
+    return lambda d: build(d) / name
+
+
+def _zip_run(manifest: bytes):
+    def build(d: Path) -> Path:
+        import zipfile
+
+        z = d / "run.zip"
+        with zipfile.ZipFile(z, "w") as zf:
+            zf.writestr("manifest.json", manifest)
+            zf.write(TRACES / RUN / "rank0.pt.trace.json.gz", "rank0.pt.trace.json.gz")
+        return z
+    return build
+
+
 CASES: list[Case] = [
     Case("baseline", "baseline", "rank 0 of the committed run alone, unmodified", _edit(lambda doc: None), "result", check=_BASE),
     # deep JSON
@@ -412,6 +429,17 @@ CASES: list[Case] = [
          "ignoring an unreadable analysis cache", argv=("analyze",)),
     Case("cache_index_rank_renamed", "cache", "`index.json` with rank 1 renamed 7", _cached(_rename_rank), "result",
          "ignoring an unreadable analysis cache", check=_ranks([0, 1])),
+    # the app's upload (workbench.uploads.store_upload, through tests/scripts/upload_one.py)
+    Case("upload_ok", "app upload", "the committed rank-0 trace", _file(_edit(lambda doc: None), "rank0.pt.trace.json"),
+         "result", argv=("upload",)),
+    Case("upload_deep_header", "app upload", "the deep-header trace", _file(_deep_header("rank0.pt.trace.json"), "rank0.pt.trace.json"),
+         "error", "nested about 1000 levels deep", argv=("upload",)),
+    Case("upload_padding_4gib", "app upload", "the 4 GiB padded gzip", _file(_padded("rank0.pt.trace.json.gz", 4), "rank0.pt.trace.json.gz"),
+         "error", "cannot be read in bounded memory", argv=("upload",)),
+    Case("upload_tiny_events_2gib", "app upload", "the 48.8M tiny events", _file(_tiny(48_800_000), "rank0.pt.trace.json.gz"),
+         "error", "more than the 20,000,000", argv=("upload",)),
+    Case("upload_zip_deep_manifest", "app upload", "a zipped run whose manifest is nested 100k deep",
+         _zip_run(b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), "error", "nested more than 64", argv=("upload",)),
     # implausible timings
     Case("step_zero", "implausible timings", "ProfilerStep#4 of duration 0", _edit(_step_zero), "result", "of no duration",
          check=_steps_n(2)),
@@ -420,7 +448,7 @@ CASES: list[Case] = [
     Case("step_1e18", "implausible timings", "ProfilerStep#5 of 1e18 µs", _edit(lambda doc: _steps(doc)[2].update(dur=1e18)),
          "result", "past the trace's end", check=_all(_steps_n(2), lambda j: None if j["summary"]["breakdown_pct"]["idle"] < 50
                                                        else f"idle {j['summary']['breakdown_pct']['idle']}%")),
-    Case("ops_1e15", "implausible timings", "5 ops of 1e15 µs", _edit(_set_dur(lambda doc: _ops(doc)[::1500], 1e15)), "result",
+    Case("ops_1e15", "implausible timings", "every 1500th op (6) of 1e15 µs", _edit(_set_dur(lambda doc: _ops(doc)[::1500], 1e15)), "result",
          "past the trace's end", check=_all(_steps_n(3), _diagnoses(BASE_DIAGNOSES))),
     Case("ops_1e300", "implausible timings", "every 10th op of 1e300 µs", _edit(_set_dur(lambda doc: _ops(doc)[::10], 1e300)),
          "result", "past the trace's end", check=_all(_steps_n(3), lambda j: None if j["summary"]["breakdown_pct"]["communication"] < 50
@@ -465,11 +493,14 @@ def observe(case: Case, d: Path) -> Observed:
     """Build ``case`` under the empty directory ``d``, run its command, classify what happened."""
     target = case.build(d)
     argv = [a.replace("{tmp}", str(d)) for a in case.argv]
+    if argv == ["upload"]:
+        cmd = [sys.executable, str(ROOT / "tests" / "scripts" / "upload_one.py"), str(d / "uploads"), "up", str(target)]
+    else:
+        cmd = [sys.executable, "-m", "workbench", *argv, str(target)]
     out, err = d / "stdout.txt", d / "stderr.txt"
     start = time.monotonic()
     with out.open("wb") as o, err.open("wb") as e:
-        p = subprocess.Popen([sys.executable, "-m", "workbench", *argv, str(target)], stdout=o, stderr=e, cwd=ROOT,
-                             env=_env(case.env), preexec_fn=_limit)
+        p = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=_env(case.env), preexec_fn=_limit)
         hung = False
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -503,7 +534,8 @@ def observe(case: Case, d: Path) -> Observed:
             problem = f"nonsense: the error does not say {case.says!r}"
     else:
         problem, message = _judge_result(case, code, out.read_text(errors="backslashreplace"), stderr)
-    return Observed(code, message.replace(str(d), "DIR"), round(rss), round(seconds, 1), problem)
+    message = message.replace(str(d), "DIR").encode("utf-8", "backslashreplace").decode()  # a name's lone surrogates
+    return Observed(code, message, round(rss), round(seconds, 1), problem)
 
 
 def _judge_result(case: Case, code: int, stdout: str, stderr: str) -> tuple[str | None, str]:
@@ -511,6 +543,8 @@ def _judge_result(case: Case, code: int, stdout: str, stderr: str) -> tuple[str 
         return f"nonsense: exit {code} where a result was due", stderr.strip().splitlines()[0] if stderr.strip() else ""
     if "RuntimeWarning" in stderr:
         return "nonsense: a numpy warning on stderr", ""
+    if case.argv == ("upload",):
+        return (None, "") if stdout.strip() else ("nonsense: the upload stored nothing", "")
     if "--json" not in case.argv:
         if not stdout.strip():
             return "nonsense: no output", ""

@@ -155,3 +155,24 @@ def test_a_signed_index_whose_ranks_disagree_with_the_traces_is_recomputed(cache
     _edit(path, index, lambda r: r.update(rank=7) if r["path"] == last else None)
     same(want, _j(analyze_run(path, workers=1).to_json()))
     assert "rank 7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body", [{}, "x", {"json_schema": "workbench.analyze/1", "run": {}, "diagnoses": []}],
+                         ids=["empty", "text", "no_summary"])
+def test_a_signed_result_that_is_no_analysis_is_not_served(cached, body, capsys):
+    """The cached --json document under the right key and with its digest, but not an analysis:
+    not served (a body of {} printed {} with exit 0), with one note."""
+    from workbench.cache import RESULT, cached_result
+
+    path, _, want = cached["cpu"]
+    analyze_run(path, workers=1)  # the summaries' cache, for write_result
+    from workbench.console import analysis_doc
+
+    analysis_doc(path)  # writes analysis.json
+    f = cache_dir(path) / RESULT
+    doc = json.loads(f.read_text())
+    assert cached_result(path) == doc["analysis"]
+    f.write_text(json.dumps({"key": doc["key"], "digest": _digest(body), "analysis": body}))
+    capsys.readouterr()
+    assert cached_result(path) is None
+    assert "not a workbench.analyze/1 document" in capsys.readouterr().err

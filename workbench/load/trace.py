@@ -160,6 +160,10 @@ def iter_text(path: Path, where: list[int] | None = None) -> Iterator[bytes]:
             raise TraceError(path, f"cannot read: {e.strerror or e}") from None
 
 
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 def _limit() -> str:
     return f"{MAX_TRACE_BYTES >> 30} GiB" if MAX_TRACE_BYTES >= 1 << 30 else f"{MAX_TRACE_BYTES >> 20} MiB"
 
@@ -279,7 +283,7 @@ def _foresee(path: Path, cols: Columns, limit: int, decoded: int, text_size: int
     if foreseen > FORESEE_MARGIN * limit:
         raise TraceError(path, f"holds about {foreseen / 1e6:,.0f}M events (foreseen from its first {decoded >> 20} MB of text), "
                                f"more than the {limit:,} analysed in bounded memory (~150 bytes each: "
-                               f"{limit * 150 / 2**30:.1f} GiB); trim it (fewer active steps in the profiler schedule), "
+                               f"{_size(limit * 150)}); trim it (fewer active steps in the profiler schedule), "
                                "or raise WORKBENCH_MAX_EVENTS")
 
 
@@ -291,7 +295,7 @@ def _count(path: Path, cols: Columns, limit: int) -> None:
                                "hold thousands): not a torch.profiler trace; re-capture or drop this file")
     if cols.n_events > limit:
         raise TraceError(path, f"holds more than {limit:,} events, the most analysed in bounded memory (~150 bytes "
-                               f"each: {limit * 150 / 2**30:.1f} GiB); trim it (fewer active steps in the profiler "
+                               f"each: {_size(limit * 150)}); trim it (fewer active steps in the profiler "
                                "schedule), or raise WORKBENCH_MAX_EVENTS")
 
 
@@ -471,6 +475,8 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
     events, notes = clean_events(events)
     if events.empty:
         raise TraceError(path, "no complete ('X') event of plausible duration: not a torch.profiler trace")
+    if not float((events["ts_us"] + events["dur_us"]).max()) > float(events["ts_us"].min()):
+        raise TraceError(path, "its events span no time (every one starts and ends at one instant): nothing to analyse")
     dist = distributed_info(doc.distributedInfo)
     if dist.get("rank") is not None and dist.get("world_size") is not None and dist["rank"] >= dist["world_size"]:
         notes.append(f"distributedInfo says rank {dist['rank']} of world size {dist['world_size']}: the rank is left out "
