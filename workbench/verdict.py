@@ -74,7 +74,7 @@ import pandas as pd
 from workbench import reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
-from workbench.analysis.job import correct_breakdown, correction_note, job_steps
+from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
 from workbench.analysis.memory import GIB
 from workbench.analysis.model import CONVENTION, run_model, value
@@ -269,8 +269,8 @@ class Analysis:
         covered = "profiled steps (no unprofiled steps in the steps CSVs)"
         if not job.empty and "job" in self.breakdown and self.breakdown["job"].any():
             first, last = int(job["first_step"].min()), int(job["last_step"].max())
-            clock = "GPU" if (job["clock"] == "gpu").any() else "host"
-            covered = f"the job: unprofiled steps {first}–{last} (mean, {clock} clock); device time from profiled steps"
+            kind = "steps" if set(job["clock"]) == {"trace"} else "unprofiled steps"
+            covered = f"the job: {kind} {first}–{last} (mean, {clock_words(job)}); device time from profiled steps"
         return {
             "trace_step_ms": round(float(tb["step_ms"].mean()), 3) if not tb.empty else None,
             "steps_covered": covered,
@@ -381,6 +381,9 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     # issue 16: the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
     job = job_steps(steps, warmup)
     gpu = any(rf.has_gpu for rf in ranks.values())
+    if gpu:  # a host-timed job step shorter than the GPU's work: the host ran ahead
+        job, notes = device_bound_job(job, recorded, steps, warmup)
+        run.warnings.extend(notes)
     breakdown = correct_breakdown(recorded, job, gpu)
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}

@@ -177,6 +177,8 @@ class RankSummary:
     """Frame name → its summary value, for this rank."""
     clock_offset_us: float = 0.0
     clock_source: str = "none"
+    notes: list[str] = field(default_factory=list)
+    """Trace.notes: what the loader set right in this trace."""
 
     @classmethod
     def of(cls, trace: Trace, rank: int, frames: dict[str, Any]) -> RankSummary:
@@ -184,7 +186,7 @@ class RankSummary:
         return cls(path=Path(trace.path), rank=rank, world_size=trace.world_size, distributed=trace.distributed,
                    devices=trace.devices, base_time_ns=trace.base_time_ns, first_step=trace.first_step,
                    start_s=start_s, end_s=end_s, n_events=trace.n_events, has_gpu=trace.has_gpu, frames=frames,
-                   clock_offset_us=trace.clock_offset_us, clock_source=trace.clock_source)
+                   clock_offset_us=trace.clock_offset_us, clock_source=trace.clock_source, notes=list(trace.notes))
 
     @property
     def span_s(self) -> tuple[float | None, float | None]:

@@ -7,10 +7,10 @@ same config that ran is predicted, and the prediction is held against what the r
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from workbench import manifest as manifest_file
 from workbench.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
 from workbench.plan.model import ModelSpec
@@ -40,10 +40,11 @@ class EngineCase:
 
 
 def read_manifest(run: str | Path) -> dict:
-    try:
-        return json.loads((Path(run) / "manifest.json").read_text())
-    except FileNotFoundError:
-        raise WorkbenchError(f"{run}: no manifest.json (not a workbench run directory)") from None
+    """The run's manifest through the one checked reader (workbench.manifest): a directory, bad
+    JSON, deep nesting or mistyped keys are one-line errors or left-out keys, never a traceback."""
+    if not (Path(run) / "manifest.json").exists():
+        raise WorkbenchError(f"{run}: no manifest.json (not a workbench run directory)")
+    return manifest_file.read_manifest(run)
 
 
 def engine_case(run: str | Path, manifest: dict | None = None) -> EngineCase:
