@@ -24,24 +24,26 @@ one 400 Gb/s NIC per GPU: 400); defaults come from the GPU's usual system (DGX A
 
 
 def add_plan_parser(sub) -> None:
+    # numbers are taken as text and checked by workbench.plan.validate (one line, exit 2, the same
+    # checks as the app's); argparse's own type errors would print the usage block as well
     p = sub.add_parser("plan", help="choose the parallel layout before launch: memory, step time, MFU per layout",
                        description="Search TP x PP (1F1B/GPipe, interleaved) x DP x ZeRO 0-3 x micro-batch x "
                                    "recomputation x sequence parallel for MODEL on N GPUs; print the fastest layouts "
                                    "that fit, with memory per GPU and the step time split, and why the others lost.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="a preset or a key list (see below); optional with --from-run")
-    p.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs in the job")
+    p.add_argument("--gpus", default=None, metavar="N", help="GPUs in the job")
     p.add_argument("--gpu", default=None, metavar="NAME", help="device: H200, H100, H100 PCIe, A100-SXM4-80GB, A100, "
                                                               "L40S, L4, A10 … (workbench.peaks)")
-    p.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs sharing a node's NVLink (default 8)")
-    p.add_argument("--intra-node-gbps", type=float, default=None, metavar="GBIT",
+    p.add_argument("--gpus-per-node", default=None, metavar="N", help="GPUs sharing a node's NVLink (default 8)")
+    p.add_argument("--intra-node-gbps", default=None, metavar="GBIT",
                    help="per-GPU link inside a node, Gbit/s per direction (default: the GPU's usual system)")
-    p.add_argument("--inter-node-gbps", type=float, default=None, metavar="GBIT",
+    p.add_argument("--inter-node-gbps", default=None, metavar="GBIT",
                    help="per-GPU network between nodes, Gbit/s per direction (default: the GPU's usual system)")
-    p.add_argument("--global-batch", type=int, default=None, metavar="B",
+    p.add_argument("--global-batch", default=None, metavar="B",
                    help="sequences per optimizer step (default: 2^20 tokens, at least one sequence per GPU)")
-    p.add_argument("--seq", type=int, default=None, metavar="S", help="sequence length (default: the model's)")
-    p.add_argument("--top", type=int, default=5, metavar="K", help="layouts to show (default 5)")
+    p.add_argument("--seq", default=None, metavar="S", help="sequence length (default: the model's)")
+    p.add_argument("--top", default=None, metavar="K", help="layouts to show (default 5)")
     p.add_argument("--layout", default=None, metavar="SPEC",
                    help="evaluate this layout too (first in the output): tp=8,pp=8,dp=1,zero=1,mb=1,"
                         "recompute=selective,sp=1,vpp=3[,schedule=gpipe]; dp defaults to what the GPUs leave")

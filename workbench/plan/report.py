@@ -25,7 +25,8 @@
                          memory_bound_ms, tokens_per_s, mfu, hfu, stage,
                          gemm_outside_calibration_pct} | null,
                 "collectives": [{op, group, bytes, calls, ranks, link, when, bytes_per_step}]}],
-     "rejected": [{reason, count, example, detail}]}
+     "rejected": [{reason, count, example, detail}],
+     "from_run": {path, name, device: "cuda"|"cpu"} | null}   # the run --from-run planned
 
 Keys are only ever added, never renamed or removed.
 """
@@ -72,6 +73,7 @@ def to_json(p: Plan) -> dict:
         "searched": p.searched, "fitting": p.fitting,
         "plans": plans,
         "rejected": [{"reason": x.reason, "count": x.count, "example": x.example, "detail": x.detail} for x in p.losses],
+        "from_run": r.from_run,
     }
 
 

@@ -16,6 +16,12 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     from workbench.plan.search import PlanRequest
     from workbench.plan.timing import Efficiencies
 
+    from workbench.plan.validate import flag, gbps
+
+    gpus, gpus_per_node, global_batch, seq, top = (flag(n, v) for n, v in (
+        ("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--global-batch", global_batch), ("--seq", seq),
+        ("--top", top)))
+    intra_node_gbps, inter_node_gbps = gbps("--intra-node-gbps", intra_node_gbps), gbps("--inter-node-gbps", inter_node_gbps)
     case = None
     if from_run:
         from workbench.plan.engine_runs import engine_case
@@ -24,12 +30,15 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     if case is None and not model:
         raise WorkbenchError("plan: give MODEL (a preset or a key list) or --from-run RUN")
     spec = (model_spec(model) if model else case.model).with_seq(seq)
-    gpus = gpus or (case.world if case else None)
+    gpus = gpus if gpus is not None else (case.world if case else None)
     gpu = gpu or (case.device_name if case else None)
-    if not gpus or not gpu:
-        raise WorkbenchError("plan: --gpus N and --gpu NAME are needed (an engine run on CPU names no GPU)")
-    cluster = make_cluster(gpu, gpus, gpus_per_node, intra_node_gbps, inter_node_gbps)
-    batch = global_batch or (case.global_batch if case else max(gpus, (1 << 20) // spec.seq))
+    missing = [f for f, v in (("--gpus N", gpus), ("--gpu NAME", gpu)) if not v]
+    if missing:
+        raise WorkbenchError(f"plan: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} needed"
+                             + (" (an engine run on CPU names no GPU)" if case else ""))
+    cluster = make_cluster(gpu, gpus, 8 if gpus_per_node is None else gpus_per_node, intra_node_gbps, inter_node_gbps)
+    batch = global_batch if global_batch is not None else (
+        case.global_batch if case else max(gpus, (1 << 20) // spec.seq))
     eff = Efficiencies()
     if calibrate:
         from workbench.plan.calibrate import calibrate as measure
@@ -46,5 +55,6 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     # DDP buckets, optimizer) unless another stack was asked for
     run_stack = case.stack if (case and given == case.layout and stack == "torch") else None
     return PlanRequest(model=spec, cluster=cluster, global_batch=batch, stack=stack, dtype=dtype, efficiencies=eff,
-                       top=max(1, top), layout=given, flash_attention=flash_attention or None,
-                       dp_overlap=dp_overlap or None, run_stack=run_stack)
+                       top=5 if top is None else top, layout=given, flash_attention=flash_attention or None,
+                       dp_overlap=dp_overlap or None, run_stack=run_stack,
+                       from_run=None if case is None else {"path": str(from_run), "name": case.name, "device": case.device})
