@@ -223,3 +223,43 @@ def test_a_gpu_plan_against_a_cpu_run_needs_the_plan_of_that_run(tmp_path):
     assert ok.returncode == 0, ok.stderr
     rows = {x["metric"]: x for x in json.loads(ok.stdout)["rows"]}
     assert abs(rows["collective bytes per step (rank 0)"]["error_pct"]) <= 5
+
+
+@pytest.mark.parametrize("how, word", [
+    ("a directory", "cannot be read"),
+    ("not UTF-8", "not UTF-8"),
+    ("nested 100k deep", "nested deeper"),
+    ("a list", "JSON object"),
+    ("truncated", "not valid JSON"),
+    ("n_layer 'x'", "layers"),
+    ("world_size 'two'", "engine config"),
+    ("mode 'warp'", "engine config"),
+    ("no data section", "engine config"),
+])
+def test_broken_manifests_through_from_run_are_one_line(tmp_path, capsys, how, word):
+    run = tmp_path / "run"
+    run.mkdir()
+    man = json.loads((RUN / "manifest.json").read_text())
+    m = run / "manifest.json"
+    if how == "a directory":
+        m.mkdir()
+    elif how == "not UTF-8":
+        m.write_bytes(json.dumps(man).encode()[:-1] + b'"\xff"}')
+    elif how == "nested 100k deep":
+        m.write_text('{"config": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif how == "a list":
+        m.write_text("[1, 2]")
+    elif how == "truncated":
+        m.write_text(json.dumps(man)[:200])
+    else:
+        if how == "n_layer 'x'":
+            man["config"]["model"]["n_layer"] = "x"
+        elif how == "world_size 'two'":
+            man["world_size"] = "two"
+        elif how == "mode 'warp'":
+            man["config"]["parallel"]["mode"] = "warp"
+        else:
+            del man["config"]["data"]
+        m.write_text(json.dumps(man))
+    rc, _, err = _cli(capsys, "--from-run", str(run))
+    _one_line_error(rc, err, word)

@@ -39,19 +39,52 @@ class EngineCase:
     """train.compile: the blocks ran under torch.compile (fused elementwise kernels)."""
 
 
+MAX_MANIFEST_BYTES = 16 << 20
+"""A manifest is a few kB (its config, ranks, hosts); a larger one is not a manifest."""
+
+
 def read_manifest(run: str | Path) -> dict:
+    """The run's manifest.json as an object; one-line WorkbenchError for a missing, unreadable,
+    oversized, non-UTF-8, too deeply nested or non-object one."""
+    from workbench.plan.plan_file import MAX_DEPTH, nesting_depth
+
+    p = Path(run) / "manifest.json"
     try:
-        return json.loads((Path(run) / "manifest.json").read_text())
+        if p.stat().st_size > MAX_MANIFEST_BYTES:
+            raise WorkbenchError(f"{p}: {p.stat().st_size / 2**20:,.0f} MiB is too large for a manifest")
+        text = p.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise WorkbenchError(f"{run}: no manifest.json (not a workbench run directory)") from None
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{p}: not UTF-8 text — rewrite it or remove it (the traces alone can be analysed)") from None
+    except OSError as e:
+        raise WorkbenchError(f"{p}: cannot be read ({e.strerror or e})") from None
+    if nesting_depth(text) > MAX_DEPTH:
+        raise WorkbenchError(f"{p}: JSON nested deeper than {MAX_DEPTH} levels, not a workbench manifest")
+    try:
+        man = json.loads(text)
+    except ValueError as e:
+        raise WorkbenchError(f"{p}: not valid JSON ({e})") from None
+    if not isinstance(man, dict):
+        raise WorkbenchError(f"{p}: a manifest is a JSON object, this is a {type(man).__name__}")
+    return man
 
 
 def engine_case(run: str | Path, manifest: dict | None = None) -> EngineCase:
     """The planner's inputs for an engine run; WorkbenchError when the run is not one."""
-    man = manifest or read_manifest(run)
+    man = manifest if manifest is not None else read_manifest(run)
     cfg = man.get("config") or {}
-    if "model" not in cfg or "parallel" not in cfg:
+    if not isinstance(cfg, dict) or "model" not in cfg or "parallel" not in cfg:
         raise WorkbenchError(f"{run}: not an engine run (its manifest has no engine config)")
+    try:
+        return _engine_case(run, man, cfg)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        # a hand-edited or truncated config: say which run, not where the translation tripped
+        raise WorkbenchError(f"{run}: its manifest's engine config is not one the engine writes "
+                             f"({type(e).__name__}: {e}); re-run it or plan it with MODEL --gpus N --gpu NAME") from None
+
+
+def _engine_case(run: str | Path, man: dict, cfg: dict) -> EngineCase:
     mc, pc, dc, tc = cfg["model"], cfg["parallel"], cfg["data"], cfg["train"]
     world = int(man.get("world_size") or 1)
     ranks = man.get("ranks") or {}
