@@ -119,3 +119,10 @@ def test_compression_hooks_train(reference, hook):
         _close(got, reference["dp"], 1e-3)
     else:
         assert got != reference["dp"] and all(abs(v - 5.55) < 0.1 for v in got)
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recomputation_keeps_the_losses(reference, mode):
+    # recomputation re-runs the same ops in backward: bit-for-bit the same math on CPU
+    got = _run("ddp_tiny.toml", "parallel.mode=single", "data.batch_size=8", f"train.recompute={mode}", nproc=1)
+    _close(got, reference["dp"], 1e-6)

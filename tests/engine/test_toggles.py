@@ -100,3 +100,25 @@ def test_straggler_rank_computes_longer(tmp_path):
     assert _dur_ms(t1, ops) - _dur_ms(t0, ops) > 0.3 * 150 * 3
     wait = ("gloo:all_reduce",)
     assert _dur_ms(t0, wait) > _dur_ms(t1, wait) + 0.3 * 150 * 3
+
+
+def _attention_forwards(trace) -> tuple[int, int]:
+    """SDPA forward ops per profiled step: (outside backward, inside a backward node's span)."""
+    ev = trace.events
+    names = ev["name"].astype(str)
+    main = ev[names.str.startswith("ProfilerStep#")]
+    fwd = ev[names == "aten::scaled_dot_product_attention"]
+    bwd = ev[names.str.startswith("autograd::engine::evaluate_function: ")]
+    spans = list(zip(bwd["ts_us"], bwd["ts_us"] + bwd["dur_us"], bwd["tid"]))
+    inside = sum(any(lo <= t < hi and tid == k for lo, hi, k in spans) for t, tid in zip(fwd["ts_us"], fwd["tid"]))
+    assert len(main) == 3
+    return (len(fwd) - inside) // 3, inside // 3
+
+
+@pytest.mark.parametrize("mode, rerun", [("none", 0), ("selective", 1), ("full", 1)])
+def test_recompute_reruns_attention_in_backward(tmp_path, mode, rerun):
+    # the tiny config has 2 layers: each layer's attention runs once forward, and once more in
+    # backward when recomputed (selective: only the attention core; full: the whole block)
+    run = profiled(tmp_path, mode, CFG, f"train.recompute={mode}", nproc=1, schedule="1,1,3")
+    layers = 2
+    assert _attention_forwards(run.traces[0]) == (layers, rerun * layers)

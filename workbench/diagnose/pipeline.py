@@ -8,6 +8,9 @@ follows is the stage idling, not working; an async send's annotation is a wait o
 thread's last activity inside it, ``intervals.blocked_waits``), share of the step, compared
 with the ideal (p − 1)/(m + p − 1) for p stages (ranks with PP annotations) and m micro-batches
 (distinct forward indices per step) (GPipe, Huang et al. 2019, §2.2; 1F1B has the same bubble).
+A schedule that records no actions (torch.distributed.pipelining's 1F1B in torch 2.11-2.13) is
+read from its point-to-point ops instead: the main thread blocked in them is the bubble (the
+transfers' own time included: on gloo they block), m the transfers per step.
 
 Thresholds (measured bubble, share of step): info ≥ 10 %, warning ≥ 20 %, critical ≥ 40 %
 (GPipe: the bubble is negligible when m ≥ 4p, i.e. ≤ 1/(4 + 1) ≈ 20 % at p = 2 before overheads).
@@ -42,10 +45,10 @@ def has_pipeline_actions(trace) -> bool:
 
 def _bubble(rf: RankFrames) -> dict | None:
     """The rank's pipeline bubble over its steps: bubble_pct, step_ms, p2p_wait_pct, microbatches;
-    None when it runs no pipeline actions."""
+    None when it runs no pipeline actions (nor, see :func:`_p2p_bubble`, an unannotated schedule)."""
     trace, windows = rf.trace, rf[WINDOWS]
     if not has_pipeline_actions(trace):
-        return None
+        return _p2p_bubble(trace, windows)
     ev, c = trace.events, classify(trace)
     s_all, e_all = c.start_us, c.end_us
     in_pp = c.on_main & cat_mask(ev["name"], lambda n: n.str.match(kineto.PP_ACTION.pattern))
@@ -70,6 +73,40 @@ def _bubble(rf: RankFrames) -> dict | None:
             "microbatches": int(fwd.nunique()) if len(fwd) else None}
 
 
+def _p2p_bubble(trace, windows) -> dict | None:
+    """A schedule that records no actions (torch.distributed.pipelining's 1F1B annotates none in
+    torch 2.11-2.13, GPipe does): the stage's main thread blocked in point-to-point waits is its
+    bubble. Micro-batches: a first or last stage sends (and receives) one tensor per micro-batch,
+    a middle stage two, so the fewer of its sends and receives per step, halved when both directions
+    carry twice that, bounds m from above; the rule takes the smallest over the stages. None when the
+    rank's main thread runs no point-to-point op inside its steps (not a pipeline stage)."""
+    if windows.empty:
+        return None
+    ev, c = trace.events, classify(trace)
+    s_all, e_all = c.start_us, c.end_us
+    p2p, span = c.on_main & c.p2p, c.comm_span
+    lo_all, hi_all = float(windows["start_us"].min()), float(windows["end_us"].max())
+    in_steps = (s_all >= lo_all) & (s_all < hi_all)
+    if not (p2p & in_steps).any():
+        return None
+    w_s, w_e = blocked_waits(s_all, e_all, p2p & span, c.on_main & ~c.step & ~span)
+    wait = (np.concatenate([s_all[p2p & ~span], w_s]), np.concatenate([e_all[p2p & ~span], w_e]))
+    work_mask = c.on_main & c.cpu_op & ~c.comm_op
+    work = s_all[work_mask], e_all[work_mask]
+    waited, total = 0.0, 0.0
+    for lo, hi in windows[["start_us", "end_us"]].itertuples(index=False):
+        w, k = clip(*wait, lo, hi), clip(*work, lo, hi)
+        waited += union_length(*w) - (overlap_length(w, k) if len(w[0]) and len(k[0]) else 0.0)
+        total += hi - lo
+    names = ev["name"][p2p & in_steps].astype(str).str.lower()
+    ops = names[names.str.startswith("c10d::")]  # one op per transfer; else the backend's annotations
+    names = ops if len(ops) else names
+    sends, recvs = int(names.str.contains("send").sum()), int(names.str.contains("recv").sum())
+    m = min(sends, recvs) // max(len(windows), 1)
+    return {"bubble_pct": 100.0 * waited / total if total > 0 else 0.0, "step_ms": total / 1e3 / max(len(windows), 1),
+            "p2p_wait_pct": 100.0 * waited / total if total > 0 else 0.0, "microbatches": m or None}
+
+
 PP_BUBBLE = Frame("pp_bubble", _bubble, returns=(dict, type(None)))
 
 
@@ -82,7 +119,8 @@ def pipeline_bubble(ctx: Context) -> Diagnosis | None:
     p = len(per)
     share = float(np.mean([v["bubble_pct"] for v in per.values()]))
     step_ms = float(np.mean([ctx.job_step_ms(r) or v["step_ms"] for r, v in per.items()]))  # the job's (issue 16)
-    m = max((v["microbatches"] or 0) for v in per.values()) or None
+    # the smallest count over the stages: a middle stage of an unannotated schedule counts twice
+    m = min((v["microbatches"] for v in per.values() if v["microbatches"]), default=None)
     ideal = 100.0 * (p - 1) / (m + p - 1) if m else None
     severity = severity_for(share, BANDS)
     if severity is None:

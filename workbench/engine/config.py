@@ -176,15 +176,29 @@ class TrainConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
     activation_checkpointing: bool = False
-    """Recompute each block's activations in backward: less memory, ~1/3 more compute."""
+    """Recompute each block's activations in backward: less memory, ~1/3 more compute (the same
+    as ``recompute = "full"``)."""
+    recompute: str = "none"
+    """none | selective (recompute each block's attention core, SDPA, in backward: Korthikanti et
+    al. 2022's selective recomputation, what the planner calls ``recompute=selective``) | full
+    (every block, as ``activation_checkpointing``)."""
     seed: int = 0
     """Seeds the model init and the data: same seed, same losses in every parallel mode."""
     compile: bool = False
     """torch.compile each block (GPU benchmark only; off in tests)."""
 
+    @property
+    def recompute_mode(self) -> str:
+        """What is recomputed: ``activation_checkpointing`` is ``full``."""
+        return "full" if self.activation_checkpointing else self.recompute
+
     def __post_init__(self) -> None:
         if self.optimizer not in ("adamw", "sgd", "lion"):
             _fail(f"train.optimizer must be adamw, sgd or lion, got {self.optimizer!r}")
+        if self.recompute not in ("none", "selective", "full"):
+            _fail(f"train.recompute must be none, selective or full, got {self.recompute!r}")
+        if self.activation_checkpointing and self.recompute == "selective":
+            _fail("train.activation_checkpointing recomputes every block: it does not combine with recompute = selective")
         if self.steps < 1 or self.grad_accum < 1 or self.lr <= 0 or self.grad_clip < 0:
             _fail("train.steps and train.grad_accum must be >= 1, train.lr > 0, train.grad_clip >= 0")
 

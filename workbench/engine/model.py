@@ -13,11 +13,19 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from workbench.engine.config import ModelConfig
 
 
+def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # flash / memory-efficient kernels on GPU
+
+
 class Attention(nn.Module):
+    recompute_core = False
+    """Selective recomputation: run the attention core under checkpoint (set by engine.parallel.apply_ac)."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.head_dim = cfg.d_model // cfg.n_head
@@ -30,7 +38,10 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         # -1 heads: all of them, or this tensor-parallel rank's share
         q, k, v = (lin(x).view(B, T, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # flash / memory-efficient kernels on GPU
+        if self.recompute_core and torch.is_grad_enabled():
+            y = checkpoint(_core, q, k, v, use_reentrant=False)
+        else:
+            y = _core(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
 

@@ -114,7 +114,7 @@ def _engine_case(run: str | Path, man: dict, cfg: dict) -> EngineCase:
         schedule = pc.get("pp_schedule", "1f1b")
     else:
         mbs, mb, schedule = accum, dc["batch_size"], "1f1b"
-    layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute="full" if tc.get("activation_checkpointing") else "none",
+    layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute="full" if tc.get("activation_checkpointing") else tc.get("recompute", "none"),
                     schedule=schedule)
     autocast = dtype == "bf16" and not fsdp
     stack = replace(torch_stack(dtype, zero=zero if fsdp else min(zero, 1), autocast=autocast,

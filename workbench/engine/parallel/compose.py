@@ -45,12 +45,17 @@ def _bf16(cfg: Config, device: torch.device) -> bool:
     return mp == "bf16" or (mp == "auto" and device.type == "cuda")
 
 
-def apply_ac(model: nn.Module) -> None:
-    """Recompute each block in backward instead of storing its activations (non-reentrant)."""
+def apply_ac(model: nn.Module, mode: str = "full") -> None:
+    """Recompute in backward instead of storing activations (non-reentrant checkpointing):
+    ``full`` each whole block, ``selective`` only each block's attention core (the SDPA call:
+    q, k, v are kept instead of the attention's output and softmax statistics)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     for name, block in list(model.blocks.items()):
-        model.blocks[name] = checkpoint_wrapper(block)
+        if mode == "full":
+            model.blocks[name] = checkpoint_wrapper(block)
+        elif mode == "selective":
+            block.attn.recompute_core = True
 
 
 def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallelized:
@@ -89,8 +94,8 @@ def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallel
     if cfg.faults.redundant_allgather:
         add_redundant_allgather(list(model.blocks.values()), out.dp_group)
     # 4. activation checkpointing, then compile, on the final blocks
-    if cfg.train.activation_checkpointing:
-        apply_ac(model)
+    if cfg.train.recompute_mode != "none":
+        apply_ac(model, cfg.train.recompute_mode)
     if cfg.train.compile:
         for block in model.blocks.values():
             block.compile()

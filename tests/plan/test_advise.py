@@ -1,0 +1,68 @@
+"""The planner's alternatives to what a run did, held to runs measured afterwards: the ~1.3B engine
+GPT on one H200 (traces/recompute_1p3b_*, benchmarks/recompute_gpu.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench.plan.advise import RunCase, alternatives
+from workbench.plan.calibrate import calibrate
+from workbench.plan.engine_runs import engine_case
+from workbench.plan.hardware import make_cluster
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+
+
+def measured(run: str) -> tuple[float, float]:
+    """The job's step (mean of the unprofiled steps, GPU clock) and the allocator's reserved peak."""
+    s = pd.read_csv(TRACES / run / "steps_rank0.csv")
+    steady = s[(s["step"] >= 1) & (s["profiler"] == "off")]
+    return float(steady["gpu_step_ms"].mean()), float(s["max_mem_reserved_bytes"].max())
+
+
+def run_case(run: str) -> RunCase:
+    case = engine_case(TRACES / run)
+    step, peak = measured(run)
+    return RunCase(model=case.model, layout=case.layout, stack=case.stack, global_batch=case.global_batch,
+                   cluster=make_cluster("H200", 1), efficiencies=calibrate([TRACES / run]),
+                   measured_step_ms=step, measured_peak_bytes=peak)
+
+
+def test_full_recomputation_with_room_to_spare_is_told_to_stop_recomputing():
+    # batch 16 with full recomputation peaks at 37.5 GiB of 139.8: recomputing is pure cost
+    alts = alternatives(run_case("recompute_1p3b_b16_full"), "speed")
+    best = alts[0]
+    assert best.layout.recompute == "none" and best.layout.mb == 16 and best.gpus == 1
+    # ... and the run that did so afterwards measured what it predicted
+    step, peak = measured("recompute_1p3b_b16_none")
+    assert best.step_ms == pytest.approx(step, rel=0.10)
+    assert best.memory_gib * 2**30 == pytest.approx(peak, rel=0.10)
+    assert best.speedup > 1.15  # measured: 357 / 296 = 1.21
+
+
+def test_never_the_runs_own_layout_nor_one_that_does_not_fit():
+    case = run_case("recompute_1p3b_b48_full")
+    for goal in ("speed", "memory"):
+        for a in alternatives(case, goal, limit=20):
+            assert a.layout != case.layout
+            # batch 48 without recomputation ran out of memory (recompute_1p3b_b48_none): never offered
+            assert not (a.layout.recompute == "none" and a.layout.mb == 48 and a.gpus == 1)
+            assert a.memory_gib <= 0.95 * a.capacity_gib
+
+
+def test_a_run_without_recomputation_gets_no_slower_layout_for_speed():
+    for a in alternatives(run_case("recompute_1p3b_b16_none"), "speed", limit=20):
+        assert a.speedup >= 1.03
+        assert a.layout.recompute == "none"
+
+
+def test_memory_alternatives_free_memory_on_the_same_gpus_first():
+    case = run_case("recompute_1p3b_b48_full")
+    alts = alternatives(case, "memory", limit=20)
+    assert alts and all(a.memory_gib * 2**30 < case.measured_peak_bytes for a in alts)
+    assert alts[0].gpus == 1
+    gpus = [a.gpus for a in alts if not a.tight]
+    assert gpus == sorted(gpus, key=lambda g: g != 1)  # the run's own GPU count before more of them

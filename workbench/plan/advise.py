@@ -1,0 +1,222 @@
+"""Alternatives to what a run did, from the planner calibrated on that run: the answer a memory or
+layout finding gives ("recompute none instead of full: 63 GiB of 140, 285 ms per step").
+
+A run is a :class:`RunCase` — the model, layout, stack, batch and cluster that ran, and what it
+measured (its job step and the allocator's peak). :func:`alternatives` changes one thing at a time
+(recomputation, micro-batch at the same global batch, ZeRO stage, twice the GPUs …), predicts each
+with the planner, and keeps those that serve the goal:
+
+- ``memory``: a run near its device's capacity (``oom_risk``). Alternatives that leave at least
+  :data:`SAFE_HEADROOM` of the device free, fastest first; those that fit more tightly are named
+  "too tight".
+- ``speed``: a run that fits (``low_mfu``, ``host_bound``, ``low_gpu_utilization``,
+  ``exposed_communication``, ``pipeline_bubble``). Alternatives predicted faster per sample than
+  the run and still fitting with headroom, fastest first.
+
+Predictions are **anchored on the run**: the planner predicts the run's own layout too, and every
+alternative's step and memory are scaled by measured / predicted for the run (the part of the
+error the run shares with its neighbours: kernels the model does not count, the allocator's
+reserve), so an alternative's figure is the run's measured figure times the planner's ratio
+between the two layouts. The anchor is stated in each alternative's ``basis``.
+
+Never suggested: the run's own layout, a layout that changes what is trained (sequence length,
+global batch — except ``bigger batch``, whose speed-up is per sample and says so), a layout that
+cannot run (divisibility) or does not fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from workbench.plan.hardware import FIT_FRACTION, Cluster, make_cluster
+from workbench.plan.layout import Layout, Stack, torch_stack
+from workbench.plan.memory import memory
+from workbench.plan.model import ModelSpec
+from workbench.plan.search import check_layout
+from workbench.plan.timing import Efficiencies, step_time
+
+SAFE_HEADROOM = 0.10
+"""Fraction of the device an alternative must leave free to be offered for a memory finding (the
+allocator's fragmentation and a longer sequence in the data need room: oom_risk warns at 85 %)."""
+MIN_SPEEDUP = 1.03
+"""A speed alternative must beat the run by 3 % per sample (the planner's median error on the
+engine's H200 runs is ~4 %: less is noise)."""
+SCALE_UP = (2, 4, 8)
+"""More GPUs, as multiples of the run's."""
+GOALS = ("memory", "speed")
+
+
+@dataclass(kw_only=True, slots=True)
+class RunCase:
+    """What ran, as the planner sees it, and what it measured."""
+
+    model: ModelSpec
+    layout: Layout
+    stack: Stack
+    global_batch: int
+    """Sequences per optimizer step (all replicas)."""
+    cluster: Cluster
+    efficiencies: Efficiencies = field(default_factory=Efficiencies)
+    """The planner's efficiencies, calibrated on this run where possible."""
+    measured_step_ms: float | None = None
+    """The job's step (unprofiled steps)."""
+    measured_peak_bytes: float | None = None
+    """The allocator's peak (reserved), on the rank that peaked."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Alternative:
+    change: str
+    """What changes, in words: "recompute none instead of full"."""
+    layout: Layout
+    gpus: int
+    global_batch: int
+    step_ms: float
+    """Predicted step, anchored on the run (see the module docstring)."""
+    memory_gib: float
+    """Predicted peak per GPU, anchored on the run."""
+    capacity_gib: float
+    headroom_pct: float
+    """Free share of the device at the predicted peak."""
+    speedup: float
+    """Throughput per GPU against the run's measured: samples/s/GPU ratio (1.0: as fast)."""
+    tight: bool
+    """Fits, but with less than SAFE_HEADROOM free."""
+    basis: str
+
+    def to_json(self) -> dict:
+        return {"change": self.change, "layout": self.layout.key(), "gpus": self.gpus, "global_batch": self.global_batch,
+                "step_ms": round(self.step_ms, 1), "memory_gib": round(self.memory_gib, 2),
+                "capacity_gib": round(self.capacity_gib, 2), "headroom_pct": round(self.headroom_pct, 1),
+                "speedup": round(self.speedup, 3), "tight": self.tight, "basis": self.basis}
+
+    def line(self) -> str:
+        """One line for the CLI: "recompute none instead of full: 63.0 GiB of 139.8 (45 % free), 285 ms per step (1.25x)"."""
+        gain = f"{self.speedup:.2f}x per GPU" if self.gpus != 1 or self.speedup else ""
+        tight = " - too tight" if self.tight else ""
+        return (f"{self.change}: {self.memory_gib:.1f} GiB of {self.capacity_gib:.1f} ({self.headroom_pct:.0f} % free{tight}), "
+                f"{self.step_ms:,.0f} ms per step ({gain})")
+
+
+@dataclass(slots=True)
+class _Anchor:
+    step: float
+    mem: float
+    text: str
+
+
+def _predict(case: RunCase, layout: Layout, stack: Stack, batch: int, cluster: Cluster) -> tuple[float, float, bool]:
+    mem = memory(case.model, layout, stack, batch, cluster.gpu.memory_bytes, FIT_FRACTION)
+    t = step_time(case.model, layout, stack, batch, cluster, case.efficiencies)
+    return t.step_s * 1e3, mem.total, mem.fits
+
+
+def _anchor(case: RunCase) -> _Anchor:
+    step, mem, _ = _predict(case, case.layout, case.stack, case.global_batch, case.cluster)
+    ks = case.measured_step_ms / step if case.measured_step_ms else 1.0
+    km = case.measured_peak_bytes / mem if case.measured_peak_bytes else 1.0
+    parts = []
+    if case.measured_step_ms:
+        parts.append(f"step x {ks:.2f} (the run measured {case.measured_step_ms:,.0f} ms, the planner says {step:,.0f})")
+    if case.measured_peak_bytes:
+        parts.append(f"memory x {km:.2f} (measured {case.measured_peak_bytes / 2**30:.1f} GiB, "
+                     f"planned {mem / 2**30:.1f})")
+    text = "planner calibrated on the run, " + ("; ".join(parts) if parts else "not anchored (nothing measured)")
+    return _Anchor(step=ks, mem=km, text=text)
+
+
+def _stack_for(case: RunCase, layout: Layout) -> Stack:
+    """The run's stack with the ZeRO stage the layout asks for (torch: DDP up to ZeRO-1, FSDP2 above)."""
+    if layout.zero == case.layout.zero:
+        return case.stack
+    return torch_stack(case.stack.dtype, zero=layout.zero, optimizer_bytes=case.stack.optimizer_bytes,
+                       reduce_each_microbatch=case.stack.dp_reduce_each_microbatch, pipeline=layout.pp > 1)
+
+
+def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluster]]:
+    """(change in words, layout, global batch, cluster) one step away from the run."""
+    lay, B, n = case.layout, case.global_batch, case.cluster.gpus
+    out: list[tuple[str, Layout, int, Cluster]] = []
+    per_replica = B // lay.dp
+    for rc in ("none", "selective", "full"):
+        for mb in sorted({d for d in range(1, per_replica + 1) if per_replica % d == 0 and d <= 4 * lay.mb}):
+            if (rc, mb) == (lay.recompute, lay.mb):
+                continue
+            words = []
+            if rc != lay.recompute:
+                words.append(f"recompute {rc} instead of {lay.recompute}")
+            if mb != lay.mb:
+                acc = per_replica // mb
+                words.append(f"micro-batch {mb} x {acc} accumulation steps" if acc > 1 else f"micro-batch {mb}")
+            out.append((", ".join(words), replace(lay, recompute=rc, mb=mb), B, case.cluster))
+    if lay.dp > 1:
+        for z in range(4):
+            if z != lay.zero:
+                out.append((f"ZeRO-{z} instead of ZeRO-{lay.zero}", replace(lay, zero=z), B, case.cluster))
+    if goal == "speed":
+        # the classic fix for a launch-bound or low-MFU step: more work per launch (per-sample gain)
+        out.append((f"twice the micro-batch ({2 * lay.mb}), twice the global batch", replace(lay, mb=2 * lay.mb), 2 * B,
+                    case.cluster))
+    for k in SCALE_UP:
+        # nodes of 8 unless the run's are larger; the run's own links
+        cl = make_cluster(case.cluster.gpu.name, n * k, max(case.cluster.gpus_per_node, 8), case.cluster.intra_gbps,
+                          case.cluster.inter_gbps)
+        if B % (lay.dp * k):
+            continue
+        # the same global batch over k times the replicas: the micro-batch shrinks if it must
+        mb = max(d for d in range(1, lay.mb + 1) if (B // (lay.dp * k)) % d == 0)
+        for z in sorted({lay.zero, 3}):
+            grown = replace(lay, dp=lay.dp * k, zero=z, mb=mb)
+            zw = f", ZeRO-{z}" if z != lay.zero else ""
+            out.append((f"{n * k} GPUs (data parallel x {lay.dp * k}{zw}), same global batch", grown, B, cl))
+    return out
+
+
+def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
+    """The best ``limit`` alternatives for ``goal`` ("memory" or "speed"), best first; [] when none
+    serves it (a finding then says what it protects instead of a gain)."""
+    if goal not in GOALS:
+        raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
+    anchor = _anchor(case)
+    run_step = case.measured_step_ms or _predict(case, case.layout, case.stack, case.global_batch, case.cluster)[0]
+    run_rate = case.global_batch / run_step / case.cluster.gpus  # samples per ms per GPU
+    found: list[Alternative] = []
+    for change, lay, batch, cluster in _candidates(case, goal):
+        if check_layout(case.model, lay, batch) is not None:
+            continue
+        step, mem, fits = _predict(case, lay, _stack_for(case, lay), batch, cluster)
+        step, mem = step * anchor.step, mem * anchor.mem
+        cap = cluster.gpu.memory_bytes
+        if not fits or mem > FIT_FRACTION * cap:
+            continue
+        headroom = 1.0 - mem / cap
+        speedup = (batch / step / cluster.gpus) / run_rate
+        alt = Alternative(change=change, layout=lay, gpus=cluster.gpus, global_batch=batch, step_ms=step,
+                          memory_gib=mem / 2**30, capacity_gib=cap / 2**30, headroom_pct=100 * headroom,
+                          speedup=speedup, tight=headroom < SAFE_HEADROOM, basis=anchor.text)
+        if goal == "memory":
+            run_mem = case.measured_peak_bytes or memory(case.model, case.layout, case.stack, case.global_batch,
+                                                         cap, FIT_FRACTION).total * anchor.mem
+            if mem < run_mem:
+                found.append(alt)
+        elif speedup >= MIN_SPEEDUP and not alt.tight:
+            found.append(alt)
+    if goal == "memory":
+        # safe ones first, on the run's own GPUs before more of them, fastest per GPU among them
+        found.sort(key=lambda a: (a.tight, a.gpus != case.cluster.gpus, -a.speedup))
+    else:
+        found.sort(key=lambda a: -a.speedup)
+    return _distinct(found)[:limit]
+
+
+def _distinct(alts: list[Alternative]) -> list[Alternative]:
+    """One alternative per kind of change (the fastest micro-batch of 'recompute none', not all five)."""
+    seen: set[tuple] = set()
+    out = []
+    for a in alts:
+        kind = (a.layout.recompute, a.gpus, a.layout.zero, a.global_batch)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        out.append(a)
+    return out
