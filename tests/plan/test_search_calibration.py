@@ -109,3 +109,19 @@ def test_no_warning_without_calibration_or_inside_it():
     doc = _doc(model="engine-370m", gpus=1, gpu="H200", stack="torch", global_batch=16,
                calibrate=[str(TRACES / "case_gpu_2_preload_shm")], layout="tp=1,pp=1,dp=1,zero=0,mb=16")
     assert doc["efficiencies"]["warnings"] == [] and doc["plans"][0]["time"]["gemm_outside_calibration_pct"] == 0
+
+
+def test_fsdp2_on_one_gpu_pays_its_host_floor_and_ddp_stays_first_for_a_small_model():
+    """The 370M engine GPT at batch 16 on one H200: FSDP2 runs less GPU work (bf16 blocks) but its
+    hooks make it host-bound (traces/plan_gpu_370m_b16_zero3: 142 ms, DDP 120 ms)."""
+    from workbench.plan.timing import FSDP2_HOST_S_PER_BLOCK
+
+    kw = dict(model="engine-370m", gpus=1, gpu="H200", stack="torch", global_batch=16,
+              calibrate=[str(TRACES / "plan_gpu_370m_b16")])
+    fsdp = _doc(**kw, layout="tp=1,pp=1,dp=1,zero=3,mb=16")["plans"][0]["time"]
+    # host-bound: the step is the floor, 24 blocks x 1 micro-batch x 5.9 ms
+    assert fsdp["step_ms"] == pytest.approx(24 * FSDP2_HOST_S_PER_BLOCK * 1e3, rel=1e-3)
+    assert fsdp["step_ms"] == pytest.approx(142.35, rel=0.05)  # the committed run's job step
+    doc = _doc(**kw, layout="tp=1,pp=1,dp=1,zero=0,mb=16")
+    assert doc["plans"][0]["time"]["step_ms"] < fsdp["step_ms"]
+    assert doc["plans"][1]["layout"]["zero"] == 0  # the search's best is DDP, not FSDP2

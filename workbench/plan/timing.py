@@ -37,6 +37,14 @@ DEFAULT_MEMORY = 0.70
 GEMM_RANGE_SLACK = 10 ** 0.25
 """A matmul counts as measured within one size bucket (a quarter decade, the calibration's own
 resolution: :func:`workbench.plan.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
+FSDP2_HOST_S_PER_BLOCK = 5.9e-3
+"""Host time FSDP2 (the torch stack's ZeRO 2/3) spends per block and micro-batch, forward and
+backward: its per-module pre/post hooks, all-gather and reduce-scatter bookkeeping and casts run
+on the CPU whatever the GPU does. Measured on the H200 machine's host: the 370M engine GPT under
+FSDP2 on one GPU (traces/plan_gpu_370m_b16_zero3) stepped in 142 ms for 24 blocks x 1 micro-batch
+with its GPU 67 % busy (DDP: 120 ms, 91 % busy); the same config on a busier host took 209 ms
+(traces/gpu_fsdp2_370m), so this is a floor, not a figure to trust to 10 %. Under the step: small
+models become host-bound under FSDP2; an 8B block at s = 8192 (~34 ms of GPU work) hides it."""
 OPTIMIZER_BYTES_PER_PARAM = {"torch": 40.0, "megatron": 42.0}
 """AdamW streams per parameter: fp32 weight, gradient, two moments read and written (28 B, torch's
 fused kernel), the gradient-norm and clipping passes (12 B); Megatron-LM adds the bf16 copy."""
@@ -327,6 +335,10 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
         L = stage_layers(m.layers, p, stage)
         launches = eff.kernels_per_layer * L * mbs * (1.33 if layout.recompute == "full" else 1.0)
         host = max(0.0, launches * eff.host_s_per_kernel - gpu)
+    if stack.name == "torch" and layout.zero >= 2:
+        L = stage_layers(m.layers, p, stage)
+        floor = FSDP2_HOST_S_PER_BLOCK * L * mbs * (1.33 if layout.recompute == "full" else 1.0)
+        host = max(host, floor - gpu)
     step = gpu + host
     tokens = global_batch * m.seq
     peak = cluster.gpu.peak_flops("bf16")
