@@ -218,7 +218,8 @@ def test_a_gpu_plan_against_a_cpu_run_needs_the_plan_of_that_run(tmp_path):
     c = workbench("compare", cpu, other)
     _one_line_error(c.returncode, c.stderr, "the device class")
     own.write_text(workbench("plan", "--from-run", cpu, "--gpu", "H200", "--json").stdout)
-    assert json.loads(own.read_text())["from_run"] == {"path": str(cpu), "name": "engine_ddp", "device": "cpu"}
+    fr = json.loads(own.read_text())["from_run"]
+    assert (fr["path"], fr["name"], fr["device"], fr["source"]) == (str(cpu), "engine_ddp", "cpu", "manifest")
     ok = workbench("compare", cpu, own, "--json")
     assert ok.returncode == 0, ok.stderr
     rows = {x["metric"]: x for x in json.loads(ok.stdout)["rows"]}

@@ -127,8 +127,9 @@ def _collective_busbw(doc: dict, hosts: int) -> dict[str, float]:
     return {"intra" if hosts <= 1 else "inter": rates[len(rates) // 2]}
 
 
-def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Efficiencies:
-    """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives)."""
+def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: dict | None = None) -> Efficiencies:
+    """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives).
+    ``docs``: ``{str(run): its analyze --json document}`` already at hand (not analysed again)."""
     from workbench.peaks import device_peak
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.verdict import analyze_run
@@ -145,7 +146,7 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
     busbw: dict[str, float] = {}
     used: list[str] = []
     for run in runs:
-        doc = analyze_run(run).to_json()
+        doc = (docs or {}).get(str(run)) or analyze_run(run).to_json()
         name = Path(run).name
         e = doc.get("efficiency")
         peak = device_peak(doc["run"].get("device"))

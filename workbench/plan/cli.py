@@ -57,7 +57,10 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--flash-attention", action="store_true", help="megatron stack: fused attention (newer Megatron-LM)")
     p.add_argument("--dp-overlap", action="store_true", help="megatron stack: gradient reduction overlaps backward")
     p.add_argument("--from-run", default=None, metavar="RUN",
-                   help="plan exactly what an engine run ran (model, layout, batch, GPU, stack); --layout defaults to it")
+                   help="plan what a run ran: an engine run's config exactly, any other run's model, layout, batch, "
+                        "recomputation and dtype as inferred from its traces (MODEL replaces the model); calibrated on "
+                        "the run itself unless --calibrate; prints the prediction beside what the run measured and the "
+                        "best layouts on 1, 2, 4 and 8 times its GPUs; --layout defaults to the run's")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.plan/1)")
     p.set_defaults(func=cmd_plan)
 
@@ -74,7 +77,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         global_batch=args.global_batch, seq=args.seq, top=args.top, layout=args.layout,
                         calibrate=args.calibrate, stack=args.stack, dtype=args.dtype,
                         flash_attention=args.flash_attention, dp_overlap=args.dp_overlap, from_run=args.from_run)
-    doc = to_json(plan(req))
+    result = plan(req)
+    doc = to_json(result)
+    if req.from_run is not None:
+        from workbench.plan.from_run import from_run_json
+
+        doc["from_run"] = from_run_json(req, result)
     if args.json:
         for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
             print(f"workbench: warning: {w}", file=sys.stderr)

@@ -26,7 +26,8 @@
                          gemm_outside_calibration_pct} | null,
                 "collectives": [{op, group, bytes, calls, ranks, link, when, bytes_per_step}]}],
      "rejected": [{reason, count, example, detail}],
-     "from_run": {path, name, device: "cuda"|"cpu"} | null}   # the run --from-run planned
+     "from_run": {path, name, device: "cuda"|"cpu", source, measured, predicted, error_pct, inferred,
+                  assumed, alternatives} | null}   # the run --from-run planned (workbench.plan.from_run)
 
 Keys are only ever added, never renamed or removed.
 """
@@ -123,6 +124,11 @@ def print_plan(doc: dict, con, notes=None) -> None:
             con.print(f"  {n}")
     for w in e.get("warnings") or []:
         (notes or con).print(f"[yellow]warning:[/] {w}")
+    fr = doc.get("from_run") or {}
+    if "predicted" in fr:
+        from workbench.plan.from_run import print_from_run
+
+        print_from_run(fr, con)
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
               f"{c['usable_memory_gib']:.0f} GiB")
     t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "
