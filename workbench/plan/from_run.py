@@ -160,7 +160,9 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
             what = (f"its traces show a {kind} model, not a transformer" if kind not in (None, "transformer")
                     else "its model could not be inferred from the traces" if not f
                     else f"its traces do not say the model's {', '.join(missing)}")
-            raise WorkbenchError(f"{name}: {what} (the trace needs record_shapes=True); give the model as MODEL: "
+            # the block exists but is empty: the traces hold no shapes to infer from
+            hint = " (record the trace with record_shapes=True)" if ("model" in doc and not f) else ""
+            raise WorkbenchError(f"{name}: {what}{hint}; give the model as MODEL: "
                                  f"workbench plan L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1] --from-run {doc.get('run', {}).get('path', 'RUN')}")
         shape = {k: _int(f, k) for k in ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads")}
         shape = {k: v for k, v in shape.items() if v is not None}
