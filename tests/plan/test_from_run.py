@@ -185,3 +185,48 @@ def test_from_run_of_an_engine_run_keeps_its_manifest():
     job = run_job(TRACES / "case_gpu_3_batch32")
     assert job.source == "manifest" and job.layout.key() == "tp=1,pp=1,dp=1,zero=0,mb=32,recompute=none,sp=0"
     assert job.measured_step_ms == pytest.approx(215.178, abs=0.01)
+
+
+HF = dict(params_total=33_613_312, layers=8, hidden=512, heads=8, kv_heads=8, head_dim=64, ffn=2048, gated=True,
+          vocab=37, tied=False, seq=128, micro_batch=8, micro_batches=1, dtype="bf16", recompute="none",
+          layout={"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": False, "zero": 0}, optimizer="adamw")
+
+
+def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_inferred_model():
+    """The HF Trainer's tiny Llama on one H200: its GPU is 6 % busy, the host sets the pace; with the
+    model known, the host's rate per kernel and the kernels per layer are measured as for an
+    engine run, and the run's own step is predicted back."""
+    from workbench.plan import from_run
+    from workbench.plan.calibrate import calibrate
+
+    run = TRACES / "corpus" / "hf_trainer_gpu"
+    real = from_run.analysis_of(run)
+    d = {**real, "model": block(**HF)}
+    eff = calibrate([run], docs={str(run): d})
+    e = d["efficiency"]
+    kernels = sum(c["kernels"] for c in e["classes"]) / d["summary"]["steps"]
+    step = d["metrics"].get("steady_step_ms") or d["summary"]["step_ms"]
+    assert eff.host_s_per_kernel == pytest.approx(step * 1e-3 / kernels, rel=1e-6)
+    assert eff.kernels_per_layer == pytest.approx(kernels / 8, rel=1e-6)  # 8 layers, 1 micro-batch
+    job = run_model(d, name="hf")
+    from workbench.plan.hardware import make_cluster
+    from workbench.plan.timing import step_time
+
+    t = step_time(job.model, job.layout, job.stack, job.global_batch, make_cluster("H200", 1), eff)
+    assert t.step_s * 1e3 == pytest.approx(step, rel=0.02) and t.host_s > 0.5 * t.step_s
+
+
+def test_a_host_bound_micro_batch_gains_nothing_from_a_pipeline():
+    """One micro-batch through two stages: each stage's host launches its half in turn, so the
+    host-bound step stays kernels/layer x layers x rate (the fill and drain count as for kernels)."""
+    from workbench.plan.hardware import make_cluster
+    from workbench.plan.layout import Layout
+    from workbench.plan.model import ModelSpec
+    from workbench.plan.timing import Efficiencies, step_time
+
+    m = ModelSpec(name="tiny", layers=4, hidden=64, heads=4, vocab=100, seq=32)
+    eff = Efficiencies(host_s_per_kernel=1e-4, kernels_per_layer=100)
+    one, two = (step_time(m, Layout(pp=p, dp=1, mb=1), torch_stack("bf16", pipeline=p > 1), 1, make_cluster("H200", p), eff)
+                for p in (1, 2))
+    assert one.step_s == pytest.approx(100 * 4 * 1e-4, rel=1e-6)      # 4 layers x 100 kernels x 0.1 ms
+    assert two.step_s == pytest.approx(100 * 2 * (1 + 1) * 1e-4, rel=1e-6)  # 2 layers a stage x (m + p - 1)

@@ -71,13 +71,16 @@ def test_matmuls_outside_the_calibrated_sizes_use_the_default():
     eff = Efficiencies(gemm_by_size=((1e9, 0.40), (1e10, 0.50)), gemm_flops_range=(8e8, 2e10))
     assert eff.gemm_share(1e9) == pytest.approx(0.40) and eff.gemm_share(2e10) == pytest.approx(0.50)
     assert eff.measured(2e10 * GEMM_RANGE_SLACK * 0.99) and not eff.measured(2e10 * GEMM_RANGE_SLACK * 1.01)
-    assert eff.gemm_share(1e13) == DEFAULT_GEMM and eff.gemm_share(1e6) == DEFAULT_GEMM
+    # larger than measured: the default; smaller: the smallest measured share (never nearly free)
+    assert eff.gemm_share(1e13) == DEFAULT_GEMM and eff.gemm_share(1e6) == pytest.approx(0.40)
     h200 = make_cluster("H200", 1)
     # an 8192 x 14336 x 4096 matmul (9.6e11 FLOPs, compute-bound): the default 80 % of the 989 TFLOP/s
     big = _gemm_s(8192, 14336, 4096, 1, "bf16", h200, eff)
     assert big == pytest.approx(2 * 8192 * 14336 * 4096 / (989e12 * 0.80), rel=1e-3)
     # one inside the range is timed at its measured share: 40 % of peak for 1e9 FLOPs
     assert _gemm_s(500, 1000, 1000, 1, "bf16", h200, eff) == pytest.approx(1e9 / (989e12 * 0.40), rel=1e-3)
+    # one of 2e6 FLOPs, far below: 40 % too, not the roofline's near-zero time
+    assert _gemm_s(10, 100, 1000, 1, "bf16", h200, eff) == pytest.approx(2e6 / (989e12 * 0.40), rel=1e-3)
 
 
 def test_calibration_states_its_range_and_the_plan_warns_outside_it():

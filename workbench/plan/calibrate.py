@@ -150,7 +150,8 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
         name = Path(run).name
         e = doc.get("efficiency")
         peak = device_peak(doc["run"].get("device"))
-        man = read_manifest(run)
+        # a bare trace directory (no manifest) calibrates as well: GEMMs and attention need only the traces
+        man = read_manifest(run) if (Path(run) / "manifest.json").exists() else {}
         busbw.update(_collective_busbw(doc, len(man.get("hosts") or [])))
         if not e or not peak or not doc["run"].get("has_gpu"):
             notes.append(f"{name}: no GPU kernels with a known peak — only its collectives are used")
@@ -168,8 +169,12 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
         try:
             case = engine_case(run, man)
         except WorkbenchError:
-            notes.append(f"{name}: not an engine run — memory-bound, optimizer and host rates stay defaults")
-            continue
+            case = _inferred_case(doc, name)
+            if case is None:
+                notes.append(f"{name}: not an engine run and no model inferred from its traces — memory-bound, "
+                             "optimizer and host rates stay defaults")
+                continue
+            notes.append(f"{name}: memory-bound, optimizer and host rates against the model inferred from its traces")
         counted = counted_bytes(case)
         hbm = peak.hbm_tb_s * 1e12
         mb_s = _per_step(doc, MEMORY_BOUND_CLASSES, exclude_sub=HOST_COPIES)
@@ -182,7 +187,8 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
             opt[1] += opt_s * hbm
         kernels = sum(c["kernels"] for c in e["classes"]) / max(1, int(doc["summary"]["steps"] or 1))
         kernel_s = _per_step(doc, tuple({c["class"] for c in e["classes"]}), exclude_sub=HOST_COPIES)
-        steady = (doc.get("metrics") or {}).get("steady_step_ms")
+        # the steady (unprofiled) steps where the run has them, else the job's step
+        steady = (doc.get("metrics") or {}).get("steady_step_ms") or (doc.get("summary") or {}).get("step_ms")
         layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch)
         if steady and kernels and steady * 1e-3 > kernel_s * (1 + HOST_BOUND_MIN):
             host.append((steady * 1e-3 / kernels, kernels / layer_runs))
@@ -227,6 +233,17 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
     if not used and not busbw:
         raise WorkbenchError("--calibrate: none of the runs has GPU kernels or collectives to measure")
     return replace(eff, source="calibrated", runs=tuple(str(r) for r in runs), notes=tuple(notes))
+
+
+def _inferred_case(doc: dict, name: str):
+    """The run as the planner sees it from the analysis' inferred model (workbench.plan.from_run),
+    or None when there is none to plan."""
+    from workbench.plan.from_run import run_model
+
+    try:
+        return run_model(doc, name=name)
+    except WorkbenchError:
+        return None
 
 
 def counted_bytes(case) -> dict[str, float]:

@@ -90,8 +90,9 @@ def _calibration_warnings(p: Plan, shown: list[Evaluated]) -> list[str]:
     more = f" (and {len(outside) - 1} more of the layouts shown)" if len(outside) > 1 else ""
     return [f"GEMM sizes outside the calibration: {e.layout.key()}'s matmuls are {min(sizes):.2g}–{max(sizes):.2g} "
             f"FLOPs per call, {e.time.gemm_outside_calibration_pct:.0f} % of their FLOPs outside the "
-            f"{lo:.2g}–{hi:.2g} the runs measured (± a quarter decade){more}; those are timed at the default {eff.gemm:.0%} of peak, "
-            "not extrapolated — calibrate on a run of this model's size to measure them"]
+            f"{lo:.2g}–{hi:.2g} the runs measured (± a quarter decade){more}; larger ones are timed at the default "
+            f"{eff.gemm:.0%} of peak and smaller ones at the smallest measured size's share, not extrapolated — "
+            "calibrate on a run of this model's size to measure them"]
 
 
 def short_key(lay: dict) -> str:

@@ -56,8 +56,9 @@ class Efficiencies:
 
     gemm: float = DEFAULT_GEMM
     """Matmuls, share of the dtype's dense peak: every matmul when none was measured, else those
-    outside ``gemm_flops_range`` (a calibration says nothing about sizes it did not see: a tiny
-    model's matmuls at 37 % of peak must not slow an 8B model's down)."""
+    larger than ``gemm_flops_range`` (a calibration says nothing about sizes it did not see: a tiny
+    model's matmuls at 37 % of peak must not slow an 8B model's down). Smaller ones keep the
+    smallest measured share (:meth:`below_measured`)."""
     gemm_by_size: tuple[tuple[float, float], ...] = ()
     """Measured (FLOPs per call, share of peak), sorted: interpolated in log(FLOPs)."""
     gemm_flops_range: tuple[float, float] | None = None
@@ -91,8 +92,17 @@ class Efficiencies:
         lo, hi = self.gemm_flops_range
         return lo / GEMM_RANGE_SLACK <= flops <= hi * GEMM_RANGE_SLACK
 
+    def below_measured(self, flops: float) -> bool:
+        """A matmul smaller than any the calibration measured: it runs at most at the smallest
+        measured size's share (a smaller matmul fills less of the device, and launches cost more
+        of it), so that share holds — never the default, which would make it nearly free."""
+        return bool(self.gemm_by_size) and self.gemm_flops_range is not None and not self.measured(flops) \
+            and flops < self.gemm_flops_range[0]
+
     def gemm_share(self, flops: float) -> float:
         pts = self.gemm_by_size
+        if pts and self.below_measured(flops):
+            return min(pts[0][1], self.gemm)
         if not pts or not self.measured(flops):
             return self.gemm
         xs = [math.log(p[0]) for p in pts]
@@ -192,7 +202,7 @@ def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Clu
     """One matmul: FLOPs at the measured share for its size, or the roofline with the default."""
     flops = 2.0 * M * N * K * batch
     peak = cluster.gpu.peak_flops(dtype)
-    if eff.measured(flops / batch):
+    if eff.measured(flops / batch) or eff.below_measured(flops / batch):
         return flops / (peak * eff.gemm_share(flops / batch))
     c = dtype_bytes(dtype)
     moved = c * (M * K + K * N + M * N) * batch
@@ -331,14 +341,14 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
     optimizer = OPTIMIZER_BYTES_PER_PARAM.get(stack.name, 40.0) * psi / (cluster.gpu.hbm_tb_s * 1e12 * eff.optimizer)
     gpu = pipe + p2p + dp_exposed + optimizer
     host = 0.0
+    # a stage's host launches its micro-batches as the pipeline passes them: like the kernels, the
+    # fill and drain add (p - 1)/v micro-batch times to the m (one micro-batch: the stages in turn)
+    L = stage_layers(m.layers, p, stage)
+    runs = L * (mbs + (p - 1) / v) * (1.33 if layout.recompute == "full" else 1.0)
     if eff.host_s_per_kernel and eff.kernels_per_layer:
-        L = stage_layers(m.layers, p, stage)
-        launches = eff.kernels_per_layer * L * mbs * (1.33 if layout.recompute == "full" else 1.0)
-        host = max(0.0, launches * eff.host_s_per_kernel - gpu)
+        host = max(0.0, eff.kernels_per_layer * runs * eff.host_s_per_kernel - gpu)
     if stack.name == "torch" and layout.zero >= 2:
-        L = stage_layers(m.layers, p, stage)
-        floor = FSDP2_HOST_S_PER_BLOCK * L * mbs * (1.33 if layout.recompute == "full" else 1.0)
-        host = max(host, floor - gpu)
+        host = max(host, FSDP2_HOST_S_PER_BLOCK * runs - gpu)
     step = gpu + host
     tokens = global_batch * m.seq
     peak = cluster.gpu.peak_flops("bf16")
