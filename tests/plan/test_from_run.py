@@ -15,9 +15,10 @@ from workbench.plan.layout import torch_stack
 from workbench.plan.model import PRESETS
 
 
-def block(kind: str | None = "transformer", **values) -> dict:
+def block(kind: str | None = "transformer", sources: dict | None = None, **values) -> dict:
     return {"kind": kind, "convention": "6*N_non_embedding + 12*L*h*s",
-            "fields": {k: {"value": v, "source": "hand-written", "confidence": "high"} for k, v in values.items()}}
+            "fields": {k: {"value": v, "source": (sources or {}).get(k, "hand-written"), "confidence": "high"}
+                       for k, v in values.items()}}
 
 
 def doc(model: dict | None, *, world: int = 1, gpu: bool = True, step_ms: float = 1105.2, peak_gib: float = 119.99) -> dict:
@@ -56,12 +57,14 @@ def test_llama_block_is_the_llama_preset_with_fsdp2_and_full_recomputation():
 
 
 def test_nanogpt_block_gets_its_batch_from_micro_batches_and_its_shape_from_the_parameter_count():
-    job = run_model(doc(block(**NANOGPT), step_ms=132.4, peak_gib=13.38))
+    ddp = {"layout": "dp = world 1 / (tp × pp); DistributedDataParallel.forward (DDP)"}
+    job = run_model(doc(block(sources=ddp, **NANOGPT), step_ms=132.4, peak_gib=13.38))
     # 124,373,760 = the 12 blocks without biases + weight-only norms + a 1024 x 768 position table
     assert (job.model.learned_pos, job.model.bias, job.model.norm) == (True, False, "rms")
     assert job.model.params() == 124_373_760 and job.model.tied
     assert job.global_batch == 12 * 4 and job.layout.mb == 12 and job.layout.zero == 0
-    assert job.stack == torch_stack("bf16", zero=0)  # DDP under autocast
+    # DDP under autocast (world size 1, but the traces show DistributedDataParallel.forward)
+    assert job.stack == torch_stack("bf16", zero=0) and job.stack.ddp_bucket_copy
     assert any("weight only" in a for a in job.assumed)
 
 
@@ -230,3 +233,16 @@ def test_a_host_bound_micro_batch_gains_nothing_from_a_pipeline():
                 for p in (1, 2))
     assert one.step_s == pytest.approx(100 * 4 * 1e-4, rel=1e-6)      # 4 layers x 100 kernels x 0.1 ms
     assert two.step_s == pytest.approx(100 * 2 * (1 + 1) * 1e-4, rel=1e-6)  # 2 layers a stage x (m + p - 1)
+
+
+def test_a_single_gpu_loop_without_ddp_keeps_no_buckets_and_a_container_names_its_optimizer():
+    """torchtitan on one GPU: no DistributedDataParallel (4 bytes per parameter less than DDP's
+    buckets: 30 GiB for the 8B), AdamW inside its OptimizersContainer."""
+    src = {"layout": "DeviceMesh groups mesh_batch=1, mesh_dp_replicate=1; dp = world 1 / (tp × pp)",
+           "optimizer": "Optimizer.step#OptimizersContainer.step annotation; fused (aten::_fused_adamw_)"}
+    values = {**LLAMA, "layout": {**LLAMA["layout"], "fsdp": False, "zero": 0}, "optimizer": "optimizerscontainer"}
+    job = run_model(doc(block(sources=src, **values)))
+    assert not job.stack.ddp_bucket_copy and job.stack.autocast_weight_copies and job.stack.optimizer_bytes == 8
+    assert "optimizer" in job.taken and not any("optimizer not inferred" in a for a in job.assumed)
+    lion = run_model(doc(block(sources={"optimizer": "Optimizer.step#Lion.step"}, **{**values, "optimizer": "lion"})))
+    assert lion.stack.optimizer_bytes == 4

@@ -223,14 +223,21 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
         assumed.append(f"dtype not inferred: {dtype}")
     else:
         taken["dtype"] = full["dtype"]
-    opt = str(f.get("optimizer") or "adamw").lower()
-    if "optimizer" in full:
+    # the optimizer's name, or (a container such as torchtitan's OptimizersContainer) what ran inside it
+    opt_text = f"{f.get('optimizer') or ''} {(full.get('optimizer') or {}).get('source', '')}".lower()
+    opt = next((k for k in OPTIMIZER_STATE_BYTES if k in opt_text), None)
+    if opt is not None:
         taken["optimizer"] = full["optimizer"]
     else:
         assumed.append("optimizer not inferred: AdamW (8 bytes of state per parameter)")
     layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=rc or "none")
-    # FSDP2 (ZeRO 2/3) casts inside the blocks (bf16 activations); DDP runs under autocast
-    stack = torch_stack(dtype, zero=zero, optimizer_bytes=OPTIMIZER_STATE_BYTES.get(opt.split("_")[0], 8), pipeline=pp > 1)
+    # FSDP2 (ZeRO 2/3) casts inside the blocks (bf16 activations); DDP runs under autocast and keeps
+    # its gradient buckets beside .grad — a single-GPU loop without DDP (torchtitan on one GPU) does not
+    ddp = dp > 1 or "distributeddataparallel" in str((full.get("layout") or {}).get("source", "")).lower()
+    stack = torch_stack(dtype, zero=zero, optimizer_bytes=OPTIMIZER_STATE_BYTES.get(opt or "adamw", 8), pipeline=pp > 1)
+    if zero <= 1 and not ddp:
+        stack = replace(stack, ddp_bucket_copy=False)
+        assumed.append("no DistributedDataParallel in the traces: no gradient buckets beside .grad")
     gpu = bool(run.get("has_gpu"))
     return RunJob(name=name, path=str(run.get("path") or name), model=model, layout=layout, global_batch=global_batch,
                   stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
