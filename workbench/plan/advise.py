@@ -210,13 +210,16 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
 
 
 def _distinct(alts: list[Alternative]) -> list[Alternative]:
-    """One alternative per kind of change (the fastest micro-batch of 'recompute none', not all five)."""
-    seen: set[tuple] = set()
-    out = []
+    """One alternative per kind of change (recomputation, GPUs, ZeRO stage, batch), in the order
+    given: of a kind's micro-batches, the largest (the least change to the run) among those within
+    the planner's noise (MIN_SPEEDUP) of that kind's fastest."""
+    kinds: dict[tuple, list[Alternative]] = {}
     for a in alts:
-        kind = (a.layout.recompute, a.gpus, a.layout.zero, a.global_batch)
-        if kind in seen:
-            continue
-        seen.add(kind)
-        out.append(a)
-    return out
+        kinds.setdefault((a.layout.recompute, a.gpus, a.layout.zero, a.global_batch), []).append(a)
+    out = []
+    for group in kinds.values():
+        best = max(a.speedup for a in group)
+        close = [a for a in group if a.speedup * MIN_SPEEDUP >= best and a.tight == group[0].tight]
+        out.append(max(close, key=lambda a: a.layout.mb))
+    order = {id(a): i for i, a in enumerate(alts)}
+    return sorted(out, key=lambda a: order[id(a)])

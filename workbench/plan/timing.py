@@ -102,6 +102,8 @@ class Efficiencies:
     def gemm_share(self, flops: float) -> float:
         pts = self.gemm_by_size
         if pts and self.below_measured(flops):
+            # smaller than any measured matmul: never faster than the smallest one ran (a matmul's
+            # share of peak falls with its size; the default is a large GEMM's)
             return min(pts[0][1], self.gemm)
         if not pts or not self.measured(flops):
             return self.gemm
