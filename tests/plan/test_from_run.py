@@ -246,3 +246,18 @@ def test_a_single_gpu_loop_without_ddp_keeps_no_buckets_and_a_container_names_it
     assert "optimizer" in job.taken and not any("optimizer not inferred" in a for a in job.assumed)
     lion = run_model(doc(block(sources={"optimizer": "Optimizer.step#Lion.step"}, **{**values, "optimizer": "lion"})))
     assert lion.stack.optimizer_bytes == 4
+
+
+def test_a_host_bound_recomputing_run_calibrated_on_itself_predicts_its_own_step():
+    """The 370M GPT with full recomputation is host-bound (its recomputed forward's launches): the
+    host rate measured per kernel, kernels counted per block as the timing counts them (the
+    recomputed forward included once), gives its step back. Counting the recomputed launches twice
+    said +33 %."""
+    from workbench.plan.from_run import from_run_json
+    from workbench.plan.request import build_request
+    from workbench.plan.search import plan
+
+    req = build_request(from_run=str(TRACES / "plan_gpu_370m_b16_ac"))
+    fr = from_run_json(req, plan(req))
+    assert fr["source"] == "manifest" and fr["predicted"]["layout_key"].endswith("recompute=full,sp=0")
+    assert abs(fr["error_pct"]["step"]) < 1.0

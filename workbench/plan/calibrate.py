@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
-from workbench.plan.timing import Efficiencies
+from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
 HOST_COPIES = ("memcpy_htod", "memcpy_dtoh")
@@ -189,7 +189,10 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
         kernel_s = _per_step(doc, tuple({c["class"] for c in e["classes"]}), exclude_sub=HOST_COPIES)
         # the steady (unprofiled) steps where the run has them, else the job's step
         steady = (doc.get("metrics") or {}).get("steady_step_ms") or (doc.get("summary") or {}).get("step_ms")
-        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch)
+        # per block and micro-batch as timing counts them: a fully recomputing run's kernels
+        # include the forward's second launch, which the timing adds back for full recomputation
+        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch) * (
+            FULL_RECOMPUTE_LAUNCHES if case.layout.recompute == "full" else 1.0)
         if steady and kernels and steady * 1e-3 > kernel_s * (1 + HOST_BOUND_MIN):
             host.append((steady * 1e-3 / kernels, kernels / layer_runs))
         else:

@@ -37,6 +37,9 @@ DEFAULT_MEMORY = 0.70
 GEMM_RANGE_SLACK = 10 ** 0.25
 """A matmul counts as measured within one size bucket (a quarter decade, the calibration's own
 resolution: :func:`workbench.plan.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
+FULL_RECOMPUTE_LAUNCHES = 1.33
+"""Kernels a block launches with full recomputation, per kernel without it: the forward (a third
+of the forward + backward launches) runs again."""
 FSDP2_HOST_S_PER_BLOCK = 5.9e-3
 """Host time FSDP2 (the torch stack's ZeRO 2/3) spends per block and micro-batch, forward and
 backward: its per-module pre/post hooks, all-gather and reduce-scatter bookkeeping and casts run
@@ -346,7 +349,7 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
     # a stage's host launches its micro-batches as the pipeline passes them: like the kernels, the
     # fill and drain add (p - 1)/v micro-batch times to the m (one micro-batch: the stages in turn)
     L = stage_layers(m.layers, p, stage)
-    runs = L * (mbs + (p - 1) / v) * (1.33 if layout.recompute == "full" else 1.0)
+    runs = L * (mbs + (p - 1) / v) * (FULL_RECOMPUTE_LAUNCHES if layout.recompute == "full" else 1.0)
     if eff.host_s_per_kernel and eff.kernels_per_layer:
         host = max(0.0, eff.kernels_per_layer * runs * eff.host_s_per_kernel - gpu)
     if stack.name == "torch" and layout.zero >= 2:
