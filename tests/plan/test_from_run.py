@@ -248,6 +248,21 @@ def test_a_single_gpu_loop_without_ddp_keeps_no_buckets_and_a_container_names_it
     assert lion.stack.optimizer_bytes == 4
 
 
+@pytest.mark.parametrize("run, step_pct, memory_pct", [
+    ("plan_gpu_370m_b8_fp32", 5, 5),      # fp32 matmuls measured against the fp32 peak they are timed at (+510 % before)
+    ("plan_gpu_370m_b16_zero3", 5, 5),    # FSDP2 on one GPU: host-bound, its floor
+    ("case_gpu_3_batch32", 5, 5),
+])
+def test_engine_runs_calibrated_on_themselves_predict_their_own_step_and_peak(run, step_pct, memory_pct):
+    from workbench.plan.from_run import from_run_json
+    from workbench.plan.request import build_request
+    from workbench.plan.search import plan
+
+    req = build_request(from_run=str(TRACES / run))
+    fr = from_run_json(req, plan(req))
+    assert abs(fr["error_pct"]["step"]) < step_pct and abs(fr["error_pct"]["memory"]) < memory_pct, fr["error_pct"]
+
+
 def test_a_host_bound_recomputing_run_calibrated_on_itself_predicts_its_own_step():
     """The 370M GPT with full recomputation is host-bound (its recomputed forward's launches): the
     host rate measured per kernel, kernels counted per block as the timing counts them (the

@@ -159,8 +159,10 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
         used.append(str(run))
         dtype = _dominant_dtype(doc)
         frames = trace_frames(run)
+        # the share of the peak the planner times that dtype's matmuls against (timing: fp32 work
+        # at the fp32 peak), so that the run's own layout is predicted back at its own rate
         for f, s in frames["gemm_calls"]:
-            calls_by_peak.append((f, s, (peak.tflops.get("tf32" if dtype == "fp32" else dtype) or peak.tflops["bf16"]) * 1e12))
+            calls_by_peak.append((f, s, (peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12))
         for c in e["classes"]:
             if c["class"] == "attention" and c["flops"]:
                 p = (peak.tflops.get("fp32" if dtype in ("fp32", "tf32") else dtype) or peak.tflops["bf16"]) * 1e12
