@@ -160,6 +160,8 @@ def add_compare_parser(sub) -> None:
     p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
     p.add_argument("b", help="run B (after)")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.compare/1)")
+    p.add_argument("--force", action="store_true",
+                   help="RUN PLAN.json: compare even when the plan is for another model, GPU, GPU count or device class")
     p.set_defaults(func=cmd_compare)
 
 

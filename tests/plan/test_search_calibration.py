@@ -71,13 +71,16 @@ def test_matmuls_outside_the_calibrated_sizes_use_the_default():
     eff = Efficiencies(gemm_by_size=((1e9, 0.40), (1e10, 0.50)), gemm_flops_range=(8e8, 2e10))
     assert eff.gemm_share(1e9) == pytest.approx(0.40) and eff.gemm_share(2e10) == pytest.approx(0.50)
     assert eff.measured(2e10 * GEMM_RANGE_SLACK * 0.99) and not eff.measured(2e10 * GEMM_RANGE_SLACK * 1.01)
-    assert eff.gemm_share(1e13) == DEFAULT_GEMM and eff.gemm_share(1e6) == DEFAULT_GEMM
+    # larger than measured: the default; smaller: the smallest measured share (never nearly free)
+    assert eff.gemm_share(1e13) == DEFAULT_GEMM and eff.gemm_share(1e6) == pytest.approx(0.40)
     h200 = make_cluster("H200", 1)
     # an 8192 x 14336 x 4096 matmul (9.6e11 FLOPs, compute-bound): the default 80 % of the 989 TFLOP/s
     big = _gemm_s(8192, 14336, 4096, 1, "bf16", h200, eff)
     assert big == pytest.approx(2 * 8192 * 14336 * 4096 / (989e12 * 0.80), rel=1e-3)
     # one inside the range is timed at its measured share: 40 % of peak for 1e9 FLOPs
     assert _gemm_s(500, 1000, 1000, 1, "bf16", h200, eff) == pytest.approx(1e9 / (989e12 * 0.40), rel=1e-3)
+    # one of 2e6 FLOPs, far below: 40 % too, not the roofline's near-zero time
+    assert _gemm_s(10, 100, 1000, 1, "bf16", h200, eff) == pytest.approx(2e6 / (989e12 * 0.40), rel=1e-3)
 
 
 def test_calibration_states_its_range_and_the_plan_warns_outside_it():
@@ -109,3 +112,19 @@ def test_no_warning_without_calibration_or_inside_it():
     doc = _doc(model="engine-370m", gpus=1, gpu="H200", stack="torch", global_batch=16,
                calibrate=[str(TRACES / "case_gpu_2_preload_shm")], layout="tp=1,pp=1,dp=1,zero=0,mb=16")
     assert doc["efficiencies"]["warnings"] == [] and doc["plans"][0]["time"]["gemm_outside_calibration_pct"] == 0
+
+
+def test_fsdp2_on_one_gpu_pays_its_host_floor_and_ddp_stays_first_for_a_small_model():
+    """The 370M engine GPT at batch 16 on one H200: FSDP2 runs less GPU work (bf16 blocks) but its
+    hooks make it host-bound (traces/plan_gpu_370m_b16_zero3: 142 ms, DDP 120 ms)."""
+    from workbench.plan.timing import FSDP2_HOST_S_PER_BLOCK
+
+    kw = dict(model="engine-370m", gpus=1, gpu="H200", stack="torch", global_batch=16,
+              calibrate=[str(TRACES / "plan_gpu_370m_b16")])
+    fsdp = _doc(**kw, layout="tp=1,pp=1,dp=1,zero=3,mb=16")["plans"][0]["time"]
+    # host-bound: the step is the floor, 24 blocks x 1 micro-batch x 5.9 ms
+    assert fsdp["step_ms"] == pytest.approx(24 * FSDP2_HOST_S_PER_BLOCK * 1e3, rel=1e-3)
+    assert fsdp["step_ms"] == pytest.approx(142.35, rel=0.05)  # the committed run's job step
+    doc = _doc(**kw, layout="tp=1,pp=1,dp=1,zero=0,mb=16")
+    assert doc["plans"][0]["time"]["step_ms"] < fsdp["step_ms"]
+    assert doc["plans"][1]["layout"]["zero"] == 0  # the search's best is DDP, not FSDP2

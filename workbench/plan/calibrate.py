@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
-from workbench.plan.timing import Efficiencies
+from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
 HOST_COPIES = ("memcpy_htod", "memcpy_dtoh")
@@ -127,8 +127,9 @@ def _collective_busbw(doc: dict, hosts: int) -> dict[str, float]:
     return {"intra" if hosts <= 1 else "inter": rates[len(rates) // 2]}
 
 
-def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Efficiencies:
-    """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives)."""
+def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: dict | None = None) -> Efficiencies:
+    """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives).
+    ``docs``: ``{str(run): its analyze --json document}`` already at hand (not analysed again)."""
     from workbench.peaks import device_peak
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.verdict import analyze_run
@@ -145,11 +146,12 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
     busbw: dict[str, float] = {}
     used: list[str] = []
     for run in runs:
-        doc = analyze_run(run).to_json()
+        doc = (docs or {}).get(str(run)) or analyze_run(run).to_json()
         name = Path(run).name
         e = doc.get("efficiency")
         peak = device_peak(doc["run"].get("device"))
-        man = read_manifest(run)
+        # a bare trace directory (no manifest) calibrates as well: GEMMs and attention need only the traces
+        man = read_manifest(run) if (Path(run) / "manifest.json").exists() else {}
         busbw.update(_collective_busbw(doc, len(man.get("hosts") or [])))
         if not e or not peak or not doc["run"].get("has_gpu"):
             notes.append(f"{name}: no GPU kernels with a known peak — only its collectives are used")
@@ -157,8 +159,10 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
         used.append(str(run))
         dtype = _dominant_dtype(doc)
         frames = trace_frames(run)
+        # the share of the peak the planner times that dtype's matmuls against (timing: fp32 work
+        # at the fp32 peak), so that the run's own layout is predicted back at its own rate
         for f, s in frames["gemm_calls"]:
-            calls_by_peak.append((f, s, (peak.tflops.get("tf32" if dtype == "fp32" else dtype) or peak.tflops["bf16"]) * 1e12))
+            calls_by_peak.append((f, s, (peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12))
         for c in e["classes"]:
             if c["class"] == "attention" and c["flops"]:
                 p = (peak.tflops.get("fp32" if dtype in ("fp32", "tf32") else dtype) or peak.tflops["bf16"]) * 1e12
@@ -167,8 +171,12 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
         try:
             case = engine_case(run, man)
         except WorkbenchError:
-            notes.append(f"{name}: not an engine run — memory-bound, optimizer and host rates stay defaults")
-            continue
+            case = _inferred_case(doc, name)
+            if case is None:
+                notes.append(f"{name}: not an engine run and no model inferred from its traces — memory-bound, "
+                             "optimizer and host rates stay defaults")
+                continue
+            notes.append(f"{name}: memory-bound, optimizer and host rates against the model inferred from its traces")
         counted = counted_bytes(case)
         hbm = peak.hbm_tb_s * 1e12
         mb_s = _per_step(doc, MEMORY_BOUND_CLASSES, exclude_sub=HOST_COPIES)
@@ -181,8 +189,12 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
             opt[1] += opt_s * hbm
         kernels = sum(c["kernels"] for c in e["classes"]) / max(1, int(doc["summary"]["steps"] or 1))
         kernel_s = _per_step(doc, tuple({c["class"] for c in e["classes"]}), exclude_sub=HOST_COPIES)
-        steady = (doc.get("metrics") or {}).get("steady_step_ms")
-        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch)
+        # the steady (unprofiled) steps where the run has them, else the job's step
+        steady = (doc.get("metrics") or {}).get("steady_step_ms") or (doc.get("summary") or {}).get("step_ms")
+        # per block and micro-batch as timing counts them: a fully recomputing run's kernels
+        # include the forward's second launch, which the timing adds back for full recomputation
+        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch) * (
+            FULL_RECOMPUTE_LAUNCHES if case.layout.recompute == "full" else 1.0)
         if steady and kernels and steady * 1e-3 > kernel_s * (1 + HOST_BOUND_MIN):
             host.append((steady * 1e-3 / kernels, kernels / layer_runs))
         else:
@@ -226,6 +238,17 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None) -> Effic
     if not used and not busbw:
         raise WorkbenchError("--calibrate: none of the runs has GPU kernels or collectives to measure")
     return replace(eff, source="calibrated", runs=tuple(str(r) for r in runs), notes=tuple(notes))
+
+
+def _inferred_case(doc: dict, name: str):
+    """The run as the planner sees it from the analysis' inferred model (workbench.plan.from_run),
+    or None when there is none to plan."""
+    from workbench.plan.from_run import run_model
+
+    try:
+        return run_model(doc, name=name)
+    except WorkbenchError:
+        return None
 
 
 def counted_bytes(case) -> dict[str, float]:

@@ -24,24 +24,26 @@ one 400 Gb/s NIC per GPU: 400); defaults come from the GPU's usual system (DGX A
 
 
 def add_plan_parser(sub) -> None:
+    # numbers are taken as text and checked by workbench.plan.validate (one line, exit 2, the same
+    # checks as the app's); argparse's own type errors would print the usage block as well
     p = sub.add_parser("plan", help="choose the parallel layout before launch: memory, step time, MFU per layout",
                        description="Search TP x PP (1F1B/GPipe, interleaved) x DP x ZeRO 0-3 x micro-batch x "
                                    "recomputation x sequence parallel for MODEL on N GPUs; print the fastest layouts "
                                    "that fit, with memory per GPU and the step time split, and why the others lost.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="a preset or a key list (see below); optional with --from-run")
-    p.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs in the job")
+    p.add_argument("--gpus", default=None, metavar="N", help="GPUs in the job")
     p.add_argument("--gpu", default=None, metavar="NAME", help="device: H200, H100, H100 PCIe, A100-SXM4-80GB, A100, "
                                                               "L40S, L4, A10 … (workbench.peaks)")
-    p.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs sharing a node's NVLink (default 8)")
-    p.add_argument("--intra-node-gbps", type=float, default=None, metavar="GBIT",
+    p.add_argument("--gpus-per-node", default=None, metavar="N", help="GPUs sharing a node's NVLink (default 8)")
+    p.add_argument("--intra-node-gbps", default=None, metavar="GBIT",
                    help="per-GPU link inside a node, Gbit/s per direction (default: the GPU's usual system)")
-    p.add_argument("--inter-node-gbps", type=float, default=None, metavar="GBIT",
+    p.add_argument("--inter-node-gbps", default=None, metavar="GBIT",
                    help="per-GPU network between nodes, Gbit/s per direction (default: the GPU's usual system)")
-    p.add_argument("--global-batch", type=int, default=None, metavar="B",
+    p.add_argument("--global-batch", default=None, metavar="B",
                    help="sequences per optimizer step (default: 2^20 tokens, at least one sequence per GPU)")
-    p.add_argument("--seq", type=int, default=None, metavar="S", help="sequence length (default: the model's)")
-    p.add_argument("--top", type=int, default=5, metavar="K", help="layouts to show (default 5)")
+    p.add_argument("--seq", default=None, metavar="S", help="sequence length (default: the model's)")
+    p.add_argument("--top", default=None, metavar="K", help="layouts to show (default 5)")
     p.add_argument("--layout", default=None, metavar="SPEC",
                    help="evaluate this layout too (first in the output): tp=8,pp=8,dp=1,zero=1,mb=1,"
                         "recompute=selective,sp=1,vpp=3[,schedule=gpipe]; dp defaults to what the GPUs leave")
@@ -55,7 +57,10 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--flash-attention", action="store_true", help="megatron stack: fused attention (newer Megatron-LM)")
     p.add_argument("--dp-overlap", action="store_true", help="megatron stack: gradient reduction overlaps backward")
     p.add_argument("--from-run", default=None, metavar="RUN",
-                   help="plan exactly what an engine run ran (model, layout, batch, GPU, stack); --layout defaults to it")
+                   help="plan what a run ran: an engine run's config exactly, any other run's model, layout, batch, "
+                        "recomputation and dtype as inferred from its traces (MODEL replaces the model); calibrated on "
+                        "the run itself unless --calibrate; prints the prediction beside what the run measured and the "
+                        "best layouts on 1, 2, 4 and 8 times its GPUs; --layout defaults to the run's")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.plan/1)")
     p.set_defaults(func=cmd_plan)
 
@@ -72,7 +77,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         global_batch=args.global_batch, seq=args.seq, top=args.top, layout=args.layout,
                         calibrate=args.calibrate, stack=args.stack, dtype=args.dtype,
                         flash_attention=args.flash_attention, dp_overlap=args.dp_overlap, from_run=args.from_run)
-    doc = to_json(plan(req))
+    result = plan(req)
+    doc = to_json(result)
+    if req.from_run is not None:
+        from workbench.plan.from_run import from_run_json
+
+        doc["from_run"] = from_run_json(req, result)
     if args.json:
         for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
             print(f"workbench: warning: {w}", file=sys.stderr)

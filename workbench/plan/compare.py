@@ -9,7 +9,8 @@ JSON (``--json``, schema ``workbench.compare_plan/1``)::
 
     {"json_schema": "workbench.compare_plan/1", "run": str, "plan_layout": str, "run_layout": str|null,
      "layout_matches": bool|null, "efficiencies": "defaults"|"calibrated",
-     "rows": [{"metric", "unit", "predicted", "measured", "error_pct"}]}
+     "rows": [{"metric", "unit", "predicted", "measured", "error_pct"}],
+     "mismatches": [str]}   # how the plan's job differs from the run's (non-empty only with --force)
 """
 
 from __future__ import annotations
@@ -23,14 +24,11 @@ JSON_SCHEMA = "workbench.compare_plan/1"
 
 
 def is_plan_file(path: str | Path) -> bool:
-    """A ``workbench plan --json`` document (schema workbench.plan/1)."""
-    p = Path(path)
-    if p.suffix != ".json" or not p.is_file():
-        return False
-    try:
-        return json.loads(p.read_text()).get("json_schema", "").startswith("workbench.plan/")
-    except (OSError, ValueError, AttributeError):
-        return False
+    """A file that says it is a ``workbench plan --json`` document (schema workbench.plan/1);
+    whether it is a valid one is :func:`workbench.plan.plan_file.read_plan`'s to say."""
+    from workbench.plan.plan_file import looks_like_plan
+
+    return looks_like_plan(path)
 
 
 def _row(metric: str, unit: str, predicted: float | None, measured: float | None) -> dict:
@@ -38,12 +36,16 @@ def _row(metric: str, unit: str, predicted: float | None, measured: float | None
     return {"metric": metric, "unit": unit, "predicted": predicted, "measured": measured, "error_pct": err}
 
 
-def compare_run_plan(run: str | Path, plan_doc: dict) -> dict:
+def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) -> dict:
+    """The run against ``plan_doc``'s first layout; WorkbenchError for a document that is not a
+    valid plan, or (unless ``force``) a plan for another model, GPU, GPU count or device class."""
     from workbench.peaks import peak_flops
     from workbench.plan.checks import max_allocated_bytes
     from workbench.plan.engine_runs import engine_case, read_manifest
+    from workbench.plan.plan_file import check_plan, job_mismatches
     from workbench.verdict import analyze_run
 
+    check_plan(plan_doc)
     if not plan_doc.get("plans"):
         raise WorkbenchError("the plan has no layout to compare (its search found none that fits)")
     plan = plan_doc["plans"][0]
@@ -56,6 +58,10 @@ def compare_run_plan(run: str | Path, plan_doc: dict) -> dict:
         run_layout = case.layout.key()
     except WorkbenchError:
         case, run_layout = None, None
+    mismatches = job_mismatches(plan_doc, doc, run_shape(doc, case))
+    if mismatches and not force:
+        raise WorkbenchError(f"the plan is not for this run: {'; '.join(mismatches)} — plan the run itself "
+                             f"(workbench plan --from-run {run}) or pass --force to compare anyway")
     t, mem = plan["time"], plan["memory"]
     metrics = doc.get("metrics") or {}
     gpu = bool(doc["run"].get("has_gpu"))
@@ -85,14 +91,28 @@ def compare_run_plan(run: str | Path, plan_doc: dict) -> dict:
         rows.append(_row("exposed communication", "% of step", 100 * exposed / t["step_ms"], metrics["exposed_comm_pct"]))
     return {"json_schema": JSON_SCHEMA, "run": str(run), "plan_layout": plan["layout_key"], "run_layout": run_layout,
             "layout_matches": None if run_layout is None else run_layout == plan["layout_key"],
-            "efficiencies": plan_doc["efficiencies"]["source"], "rows": rows}
+            "efficiencies": plan_doc["efficiencies"]["source"], "rows": rows, "mismatches": mismatches}
+
+
+def run_shape(doc: dict, case) -> dict | None:
+    """The run's model as far as known: an engine run's config (exact), else the model the
+    analysis inferred (``doc["model"]``), else None."""
+    if case is not None:
+        return {"layers": case.model.layers, "hidden": case.model.hidden, "params": case.model.params()}
+    from workbench.plan.from_run import inferred_fields
+
+    f = inferred_fields(doc)
+    shape = {"layers": f.get("layers"), "hidden": f.get("hidden"), "params": f.get("params_total")}
+    return shape if any(shape.values()) else None
 
 
 def cmd_compare_plan(args) -> int:
     """The ``workbench compare RUN PLAN.json`` form (called by workbench.compare's command)."""
     import sys
 
-    doc = compare_run_plan(args.a, json.loads(Path(args.b).read_text()))
+    from workbench.plan.plan_file import read_plan
+
+    doc = compare_run_plan(args.a, read_plan(args.b), force=getattr(args, "force", False))
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -113,6 +133,8 @@ def cmd_compare_plan(args) -> int:
         t.add_row(f"{r['metric']} ({r['unit']})", f(r["predicted"]), f(r["measured"]),
                   "–" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%")
     con.print(t)
+    for m in doc["mismatches"]:  # --force: compared anyway; the person should see why the errors are large
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[yellow]warning:[/] not the run's job: {m}")
     if doc["layout_matches"] is False:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"[yellow]note:[/] the run's layout is {doc['run_layout']}, the plan's {doc['plan_layout']}")

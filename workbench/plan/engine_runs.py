@@ -49,10 +49,19 @@ def read_manifest(run: str | Path) -> dict:
 
 def engine_case(run: str | Path, manifest: dict | None = None) -> EngineCase:
     """The planner's inputs for an engine run; WorkbenchError when the run is not one."""
-    man = manifest or read_manifest(run)
+    man = manifest if manifest is not None else read_manifest(run)
     cfg = man.get("config") or {}
-    if "model" not in cfg or "parallel" not in cfg:
+    if not isinstance(cfg, dict) or "model" not in cfg or "parallel" not in cfg:
         raise WorkbenchError(f"{run}: not an engine run (its manifest has no engine config)")
+    try:
+        return _engine_case(run, man, cfg)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        # a hand-edited or truncated config: say which run, not where the translation tripped
+        raise WorkbenchError(f"{run}: its manifest's engine config is not one the engine writes "
+                             f"({type(e).__name__}: {e}); re-run it or plan it with MODEL --gpus N --gpu NAME") from None
+
+
+def _engine_case(run: str | Path, man: dict, cfg: dict) -> EngineCase:
     mc, pc, dc, tc = cfg["model"], cfg["parallel"], cfg["data"], cfg["train"]
     world = int(man.get("world_size") or 1)
     ranks = man.get("ranks") or {}

@@ -13,6 +13,8 @@ direction on a DGX A100's NVLink and about 45 of 50 GB/s over a 400 Gb/s NIC.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
@@ -122,7 +124,7 @@ class Cluster:
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.gpus_per_node < 1:
             raise WorkbenchError("--gpus and --gpus-per-node must be >= 1")
-        if self.intra_gbps <= 0 or self.inter_gbps <= 0:
+        if not (0 < self.intra_gbps < math.inf and 0 < self.inter_gbps < math.inf):  # NaN fails too
             raise WorkbenchError("link bandwidths must be > 0 Gbit/s")
 
     def bus_bytes_per_s(self, where: str) -> float:
@@ -137,8 +139,9 @@ def make_cluster(gpu: str, gpus: int, gpus_per_node: int = 8, intra_gbps: float 
     spec = gpu_spec(gpu)
     key = _longest_key(SYSTEMS, gpu)
     d_intra, d_inter, source = SYSTEMS[key] if key else (256.0, 100.0, "unknown system: PCIe 4 / 100 Gb/s assumed")
-    given = [f for f, v in (("--intra-node-gbps", intra_gbps), ("--inter-node-gbps", inter_gbps)) if v]
+    given = [f for f, v in (("--intra-node-gbps", intra_gbps), ("--inter-node-gbps", inter_gbps)) if v is not None]
     if given:
         source = f"{source}; {' and '.join(given)} given"
-    return Cluster(gpu=spec, gpus=gpus, gpus_per_node=min(gpus_per_node, gpus), intra_gbps=intra_gbps or d_intra,
-                   inter_gbps=inter_gbps or d_inter, links_source=source)
+    return Cluster(gpu=spec, gpus=gpus, gpus_per_node=min(gpus_per_node, gpus),
+                   intra_gbps=d_intra if intra_gbps is None else intra_gbps,
+                   inter_gbps=d_inter if inter_gbps is None else inter_gbps, links_source=source)

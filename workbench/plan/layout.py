@@ -82,18 +82,22 @@ _INT_KEYS = ("tp", "pp", "dp", "zero", "mb", "vpp")
 def parse_layout(text: str) -> Layout:
     """``tp=8,pp=8,dp=1,zero=1,mb=1,recompute=selective,sp=1,vpp=3[,schedule=gpipe]``; keys left
     out take their defaults (dp: whatever the GPU count leaves, see :func:`fill_dp`)."""
+    from workbench.plan.validate import layout_key
+
     fields: dict[str, object] = {}
     for item in text.split(","):
         key, sep, value = (p.strip() for p in item.partition("="))
         if not sep:
             raise WorkbenchError(f"--layout: expected KEY=VALUE, got {item!r}")
+        if key in fields:
+            raise WorkbenchError(f"--layout: {key} is given twice")
         if key in _INT_KEYS:
-            try:
-                fields[key] = int(value)
-            except ValueError:
-                raise WorkbenchError(f"--layout: {key}={value!r} is not an integer") from None
+            fields[key] = layout_key(key, value)
         elif key == "sp":
-            fields["sp"] = value.lower() in ("1", "true", "yes", "on")
+            low = value.lower()
+            if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise WorkbenchError(f"--layout: sp must be 0 or 1, got {value!r}")
+            fields["sp"] = low in ("1", "true", "yes", "on")
         elif key in ("recompute", "schedule"):
             fields[key] = value.lower()
         else:

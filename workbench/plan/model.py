@@ -51,9 +51,9 @@ class ModelSpec:
     """layernorm (weight and bias) | rms (weight only)."""
 
     def __post_init__(self) -> None:
-        for f in ("layers", "hidden", "heads", "vocab", "seq"):
-            if getattr(self, f) < 1:
-                raise WorkbenchError(f"model {self.name}: {f} must be >= 1, got {getattr(self, f)}")
+        from workbench.plan.validate import MODEL_LIMITS, model_fields
+
+        model_fields(self.name, {f: getattr(self, f) for f in MODEL_LIMITS})
         if self.hidden % self.heads:
             raise WorkbenchError(f"model {self.name}: hidden size {self.hidden} is not divisible by {self.heads} heads")
         if self.heads % self.kv:
@@ -187,20 +187,22 @@ _BOOLS = {"gated", "tied", "learned_pos", "bias"}
 
 def parse_model(text: str) -> ModelSpec:
     """``L=96,h=12288,a=96,V=51200,s=2048[,ffn=…,kv=…,gated=1,tied=1,pos=0,bias=0,norm=rms]``."""
+    from workbench.plan.validate import model_key, switch
+
     fields: dict[str, object] = {}
     for item in text.split(","):
         key, sep, value = (p.strip() for p in item.partition("="))
         if not sep or key not in KEYS:
             raise WorkbenchError(f"model key list: expected KEY=VALUE with KEY one of {', '.join(KEYS)}, got {item!r}")
         name = KEYS[key]
+        if name in fields:
+            raise WorkbenchError(f"model key list: {key} is given twice")
         if name == "norm":
             fields[name] = {"rms": "rms", "rmsnorm": "rms", "layernorm": "layernorm", "ln": "layernorm"}.get(value, value)
-            continue
-        try:
-            n = int(float(value))
-        except ValueError:
-            raise WorkbenchError(f"model key list: {key}={value!r} is not a number") from None
-        fields[name] = bool(n) if name in _BOOLS else n
+        elif name in _BOOLS:
+            fields[name] = switch(key, value)
+        else:
+            fields[name] = model_key(key, name, value)
     missing = [k for k in ("L", "h", "a", "V", "s") if KEYS[k] not in fields]
     if missing:
         raise WorkbenchError(f"model key list {text!r} lacks {', '.join(missing)} (needs L, h, a, V, s)")

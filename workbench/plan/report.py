@@ -25,7 +25,9 @@
                          memory_bound_ms, tokens_per_s, mfu, hfu, stage,
                          gemm_outside_calibration_pct} | null,
                 "collectives": [{op, group, bytes, calls, ranks, link, when, bytes_per_step}]}],
-     "rejected": [{reason, count, example, detail}]}
+     "rejected": [{reason, count, example, detail}],
+     "from_run": {path, name, device: "cuda"|"cpu", source, measured, predicted, error_pct, inferred,
+                  assumed, alternatives} | null}   # the run --from-run planned (workbench.plan.from_run)
 
 Keys are only ever added, never renamed or removed.
 """
@@ -72,6 +74,7 @@ def to_json(p: Plan) -> dict:
         "searched": p.searched, "fitting": p.fitting,
         "plans": plans,
         "rejected": [{"reason": x.reason, "count": x.count, "example": x.example, "detail": x.detail} for x in p.losses],
+        "from_run": r.from_run,
     }
 
 
@@ -87,8 +90,9 @@ def _calibration_warnings(p: Plan, shown: list[Evaluated]) -> list[str]:
     more = f" (and {len(outside) - 1} more of the layouts shown)" if len(outside) > 1 else ""
     return [f"GEMM sizes outside the calibration: {e.layout.key()}'s matmuls are {min(sizes):.2g}–{max(sizes):.2g} "
             f"FLOPs per call, {e.time.gemm_outside_calibration_pct:.0f} % of their FLOPs outside the "
-            f"{lo:.2g}–{hi:.2g} the runs measured (± a quarter decade){more}; those are timed at the default {eff.gemm:.0%} of peak, "
-            "not extrapolated — calibrate on a run of this model's size to measure them"]
+            f"{lo:.2g}–{hi:.2g} the runs measured (± a quarter decade){more}; larger ones are timed at the default "
+            f"{eff.gemm:.0%} of peak and smaller ones at the smallest measured size's share, not extrapolated — "
+            "calibrate on a run of this model's size to measure them"]
 
 
 def short_key(lay: dict) -> str:
@@ -121,6 +125,11 @@ def print_plan(doc: dict, con, notes=None) -> None:
             con.print(f"  {n}")
     for w in e.get("warnings") or []:
         (notes or con).print(f"[yellow]warning:[/] {w}")
+    fr = doc.get("from_run") or {}
+    if "predicted" in fr:
+        from workbench.plan.from_run import print_from_run
+
+        print_from_run(fr, con)
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
               f"{c['usable_memory_gib']:.0f} GiB")
     t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "

@@ -16,35 +16,59 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     from workbench.plan.search import PlanRequest
     from workbench.plan.timing import Efficiencies
 
-    case = None
-    if from_run:
-        from workbench.plan.engine_runs import engine_case
+    from workbench.plan.validate import flag, gbps
+    from workbench.plan.from_run import run_job
 
-        case = engine_case(from_run)
-    if case is None and not model:
+    gpus, gpus_per_node, global_batch, seq, top = (flag(n, v) for n, v in (
+        ("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--global-batch", global_batch), ("--seq", seq),
+        ("--top", top)))
+    intra_node_gbps, inter_node_gbps = gbps("--intra-node-gbps", intra_node_gbps), gbps("--inter-node-gbps", inter_node_gbps)
+    job = run_job(from_run, model=model, global_batch=global_batch) if from_run else None
+    if job is None and not model:
         raise WorkbenchError("plan: give MODEL (a preset or a key list) or --from-run RUN")
-    spec = (model_spec(model) if model else case.model).with_seq(seq)
-    gpus = gpus or (case.world if case else None)
-    gpu = gpu or (case.device_name if case else None)
-    if not gpus or not gpu:
-        raise WorkbenchError("plan: --gpus N and --gpu NAME are needed (an engine run on CPU names no GPU)")
-    cluster = make_cluster(gpu, gpus, gpus_per_node, intra_node_gbps, inter_node_gbps)
-    batch = global_batch or (case.global_batch if case else max(gpus, (1 << 20) // spec.seq))
+    spec = (model_spec(model) if model else job.model).with_seq(seq)
+    gpus = gpus if gpus is not None else (job.gpus if job else None)
+    gpu = gpu or (job.device_name if job else None)
+    missing = [f for f, v in (("--gpus N", gpus), ("--gpu NAME", gpu)) if not v]
+    if missing:
+        raise WorkbenchError(f"plan: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} needed"
+                             + (" (a run on CPU names no GPU)" if job else ""))
+    cluster = make_cluster(gpu, gpus, 8 if gpus_per_node is None else gpus_per_node, intra_node_gbps, inter_node_gbps)
+    batch = global_batch if global_batch is not None else (
+        job.global_batch if job else max(gpus, (1 << 20) // spec.seq))
     eff = Efficiencies()
     if calibrate:
         from workbench.plan.calibrate import calibrate as measure
 
         eff = measure(calibrate)
-    stack = stack or ("torch" if case else "megatron")
-    dtype = case.stack.dtype if (case and dtype == "bf16") else dtype
+    elif job is not None and job.device == "cuda":
+        eff = _self_calibrated(job)
+    stack = stack or ("torch" if job else "megatron")
+    dtype = job.stack.dtype if (job and dtype == "bf16") else dtype
     given = None
     if layout:
         given = fill_dp(parse_layout(layout), gpus, explicit_dp="dp=" in layout.replace(" ", ""))
-    elif case:
-        given = case.layout
+    elif job:
+        given = job.layout
     # with --from-run, the run's own layout is evaluated with its exact stack (autocast or FSDP2,
     # DDP buckets, optimizer) unless another stack was asked for
-    run_stack = case.stack if (case and given == case.layout and stack == "torch") else None
+    run_stack = job.stack if (job and given == job.layout and stack == "torch") else None
     return PlanRequest(model=spec, cluster=cluster, global_batch=batch, stack=stack, dtype=dtype, efficiencies=eff,
-                       top=max(1, top), layout=given, flash_attention=flash_attention or None,
-                       dp_overlap=dp_overlap or None, run_stack=run_stack)
+                       top=5 if top is None else top, layout=given, flash_attention=flash_attention or None,
+                       dp_overlap=dp_overlap or None, run_stack=run_stack,
+                       from_run=None if job is None else job.describe())
+
+
+def _self_calibrated(job):
+    """Efficiencies measured on the run itself (``--from-run`` without ``--calibrate``); the
+    defaults, saying why, where the run has nothing to measure."""
+    from dataclasses import replace
+
+    from workbench.errors import WorkbenchError
+    from workbench.plan.calibrate import calibrate
+    from workbench.plan.timing import Efficiencies
+
+    try:
+        return calibrate([job.path], docs={job.path: job.doc} if job.doc else None)
+    except WorkbenchError as e:
+        return replace(Efficiencies(), notes=(f"calibration on the run failed ({e}): stated defaults",))

@@ -10,6 +10,7 @@ Memory is checked first (cheap); only layouts that fit are timed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from workbench.errors import WorkbenchError
@@ -46,6 +47,8 @@ class PlanRequest:
     """Megatron stack: data-parallel reduction overlaps backward (newer Megatron-LM); default: not."""
     run_stack: Stack | None = None
     """The exact stack of an engine run (``--from-run``), used for ``layout``."""
+    from_run: dict | None = None
+    """``--from-run``: the run planned (``{path, name, device: cuda|cpu}``), else None."""
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -126,6 +129,12 @@ def evaluate(req: PlanRequest, layout: Layout, timed: bool = True) -> Evaluated:
     return ev
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending, in √n steps."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
 def layouts(req: PlanRequest) -> list[Layout]:
     """Every layout of the search space that can run (see the module docstring)."""
     m, n, B = req.model, req.cluster.gpus, req.global_batch
@@ -134,7 +143,8 @@ def layouts(req: PlanRequest) -> list[Layout]:
     for tp in tps:
         # stages may be uneven (the first take one more layer), as the engine and Llama 3 split them;
         # Megatron-LM itself wants L divisible by pp (x vpp): the slowest stage sets the pace
-        for pp in (p for p in range(1, m.layers + 1) if n % (tp * p) == 0):
+        # the divisors of n / tp (at most a few hundred for any cluster), never a loop over layers
+        for pp in (p for p in divisors(n // tp) if p <= m.layers):
             dp = n // (tp * pp)
             if B % dp:
                 continue

@@ -37,6 +37,17 @@ DEFAULT_MEMORY = 0.70
 GEMM_RANGE_SLACK = 10 ** 0.25
 """A matmul counts as measured within one size bucket (a quarter decade, the calibration's own
 resolution: :func:`workbench.plan.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
+FULL_RECOMPUTE_LAUNCHES = 1.33
+"""Kernels a block launches with full recomputation, per kernel without it: the forward (a third
+of the forward + backward launches) runs again."""
+FSDP2_HOST_S_PER_BLOCK = 5.9e-3
+"""Host time FSDP2 (the torch stack's ZeRO 2/3) spends per block and micro-batch, forward and
+backward: its per-module pre/post hooks, all-gather and reduce-scatter bookkeeping and casts run
+on the CPU whatever the GPU does. Measured on the H200 machine's host: the 370M engine GPT under
+FSDP2 on one GPU (traces/plan_gpu_370m_b16_zero3) stepped in 142 ms for 24 blocks x 1 micro-batch
+with its GPU 67 % busy (DDP: 120 ms, 91 % busy); the same config on a busier host took 209 ms
+(traces/gpu_fsdp2_370m), so this is a floor, not a figure to trust to 10 %. Under the step: small
+models become host-bound under FSDP2; an 8B block at s = 8192 (~34 ms of GPU work) hides it."""
 OPTIMIZER_BYTES_PER_PARAM = {"torch": 40.0, "megatron": 42.0}
 """AdamW streams per parameter: fp32 weight, gradient, two moments read and written (28 B, torch's
 fused kernel), the gradient-norm and clipping passes (12 B); Megatron-LM adds the bf16 copy."""
@@ -48,8 +59,9 @@ class Efficiencies:
 
     gemm: float = DEFAULT_GEMM
     """Matmuls, share of the dtype's dense peak: every matmul when none was measured, else those
-    outside ``gemm_flops_range`` (a calibration says nothing about sizes it did not see: a tiny
-    model's matmuls at 37 % of peak must not slow an 8B model's down)."""
+    larger than ``gemm_flops_range`` (a calibration says nothing about sizes it did not see: a tiny
+    model's matmuls at 37 % of peak must not slow an 8B model's down). Smaller ones keep the
+    smallest measured share (:meth:`below_measured`)."""
     gemm_by_size: tuple[tuple[float, float], ...] = ()
     """Measured (FLOPs per call, share of peak), sorted: interpolated in log(FLOPs)."""
     gemm_flops_range: tuple[float, float] | None = None
@@ -83,12 +95,19 @@ class Efficiencies:
         lo, hi = self.gemm_flops_range
         return lo / GEMM_RANGE_SLACK <= flops <= hi * GEMM_RANGE_SLACK
 
+    def below_measured(self, flops: float) -> bool:
+        """A matmul smaller than any the calibration measured: it runs at most at the smallest
+        measured size's share (a smaller matmul fills less of the device, and launches cost more
+        of it), so that share holds — never the default, which would make it nearly free."""
+        return bool(self.gemm_by_size) and self.gemm_flops_range is not None and not self.measured(flops) \
+            and flops < self.gemm_flops_range[0]
+
     def gemm_share(self, flops: float) -> float:
         pts = self.gemm_by_size
-        if pts and self.gemm_flops_range is not None and flops < self.gemm_flops_range[0] / GEMM_RANGE_SLACK:
+        if pts and self.below_measured(flops):
             # smaller than any measured matmul: never faster than the smallest one ran (a matmul's
             # share of peak falls with its size; the default is a large GEMM's)
-            return min(self.gemm, pts[0][1])
+            return min(pts[0][1], self.gemm)
         if not pts or not self.measured(flops):
             return self.gemm
         xs = [math.log(p[0]) for p in pts]
@@ -188,7 +207,7 @@ def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Clu
     """One matmul: FLOPs at the measured share for its size, or the roofline with the default."""
     flops = 2.0 * M * N * K * batch
     peak = cluster.gpu.peak_flops(dtype)
-    if eff.measured(flops / batch):
+    if eff.measured(flops / batch) or eff.below_measured(flops / batch):
         return flops / (peak * eff.gemm_share(flops / batch))
     c = dtype_bytes(dtype)
     moved = c * (M * K + K * N + M * N) * batch
@@ -327,10 +346,14 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
     optimizer = OPTIMIZER_BYTES_PER_PARAM.get(stack.name, 40.0) * psi / (cluster.gpu.hbm_tb_s * 1e12 * eff.optimizer)
     gpu = pipe + p2p + dp_exposed + optimizer
     host = 0.0
+    # a stage's host launches its micro-batches as the pipeline passes them: like the kernels, the
+    # fill and drain add (p - 1)/v micro-batch times to the m (one micro-batch: the stages in turn)
+    L = stage_layers(m.layers, p, stage)
+    runs = L * (mbs + (p - 1) / v) * (FULL_RECOMPUTE_LAUNCHES if layout.recompute == "full" else 1.0)
     if eff.host_s_per_kernel and eff.kernels_per_layer:
-        L = stage_layers(m.layers, p, stage)
-        launches = eff.kernels_per_layer * L * mbs * (1.33 if layout.recompute == "full" else 1.0)
-        host = max(0.0, launches * eff.host_s_per_kernel - gpu)
+        host = max(0.0, eff.kernels_per_layer * runs * eff.host_s_per_kernel - gpu)
+    if stack.name == "torch" and layout.zero >= 2:
+        host = max(host, FSDP2_HOST_S_PER_BLOCK * runs - gpu)
     step = gpu + host
     tokens = global_batch * m.seq
     peak = cluster.gpu.peak_flops("bf16")

@@ -1,0 +1,371 @@
+"""``workbench plan --from-run RUN`` for any run: what ran, as the planner's inputs, and the plan
+of it held beside what it measured.
+
+Where the inputs come from:
+
+- an engine run (``workbench train``): its manifest's config, exactly (:mod:`.engine_runs`);
+- any other run: the model the analysis inferred from its traces (``workbench analyze --json``'s
+  ``model`` block: parameters, layers, hidden size, heads, FFN, vocabulary, sequence, micro-batch,
+  micro-batches, dtype, recomputation, the parallel layout, the optimizer), the GPU and GPU count
+  from the run, the torch stack (DDP + autocast, or FSDP2). ``MODEL`` given beside ``--from-run``
+  replaces the inferred model (a run whose model cannot be inferred: a non-transformer, a trace
+  recorded without shapes).
+
+:func:`run_model` is the adapter from the analysis' block to the planner; :func:`from_run_json`
+adds to a plan of the run the measured step (``summary.step_ms``: the job's step) and peak
+memory (the allocator's) beside the predicted ones, and the best layouts on the run's GPU count
+and on 2×, 4×, 8× the GPUs, with the same global batch and the same calibration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.plan.layout import Layout, Stack, torch_stack
+from workbench.plan.model import ModelSpec
+
+REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
+"""Fields without which there is no transformer to plan (the rest have defaults)."""
+MIN_SPEEDUP = 1.03
+"""Less than this per GPU is no gain on the run's GPUs (the planner's median error on the engine's
+H200 runs is about 4 %)."""
+SCALES = (1, 2, 4, 8)
+"""GPU counts the alternatives are searched on, as multiples of the run's."""
+DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32", "fp64": "fp32", "fp8": "bf16"}
+"""The analysis' dtype names → the planner's (fp8 matmuls are planned at bf16 rates: the planner
+has no fp8 model; fp64 at fp32's)."""
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "lion": 4, "sgd": 4, "adafactor": 4}
+"""fp32 state per parameter: Adam's two moments, Lion's and SGD-momentum's one, Adafactor's
+factored second moment (about one)."""
+
+
+def inferred_fields(doc: dict) -> dict:
+    """``{name: value}`` of the analysis' inferred model (``doc["model"]["fields"]``), the fields
+    with a value only; {} when the analysis inferred none (or predates the block)."""
+    model = doc.get("model") if isinstance(doc, dict) else None
+    fields = model.get("fields") if isinstance(model, dict) else None
+    if not isinstance(fields, dict):
+        return {}
+    return {k: f["value"] for k, f in fields.items() if isinstance(f, dict) and f.get("value") is not None}
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RunJob:
+    """What a run ran, as the planner's inputs, and what it measured."""
+
+    name: str
+    path: str
+    model: ModelSpec
+    layout: Layout
+    global_batch: int
+    """Sequences per optimizer step, all replicas."""
+    stack: Stack
+    dtype: str
+    gpus: int
+    device: str
+    """cuda | cpu."""
+    device_name: str | None
+    """The GPU's name as the run recorded it; None on CPU."""
+    measured_step_ms: float | None
+    """The job's step (``summary.step_ms``)."""
+    measured_peak_bytes: float | None
+    """The allocator's peak allocated bytes on the rank that peaked."""
+    taken: dict = field(default_factory=dict)
+    """The inferred fields used: ``{name: {value, source, confidence}}``."""
+    assumed: tuple[str, ...] = ()
+    """What the traces did not say and was assumed, one line each."""
+    source: str = "traces"
+    """manifest (an engine run's config) | traces (the inferred model) | MODEL (given, the rest inferred)."""
+    doc: dict | None = field(default=None, repr=False, compare=False)
+    """The run's analyze --json document, when it was read (GPU runs)."""
+
+    @property
+    def world(self) -> int:
+        """Ranks (as :class:`~workbench.plan.engine_runs.EngineCase` names it: calibration reads either)."""
+        return self.gpus
+
+    def describe(self) -> dict:
+        """The plan document's ``from_run`` block (before the prediction is added)."""
+        return {"path": self.path, "name": self.name, "device": self.device, "source": self.source,
+                "measured": {"step_ms": None if self.measured_step_ms is None else round(self.measured_step_ms, 3),
+                             "peak_memory_gib": None if self.measured_peak_bytes is None
+                             else round(self.measured_peak_bytes / 2**30, 3)},
+                "inferred": self.taken, "assumed": list(self.assumed)}
+
+
+def run_job(run: str | Path, *, model: str | None = None, global_batch: int | None = None) -> RunJob:
+    """What ``run`` ran: an engine run's manifest config exactly, else the model its analysis
+    inferred (``model``: a MODEL argument that replaces the inferred shape)."""
+    from workbench.plan.engine_runs import engine_case, read_manifest
+    from workbench.plan.model import model_spec
+
+    p = Path(run)
+    if not p.exists():
+        raise WorkbenchError(f"--from-run {run}: no such run directory or trace")
+    man = read_manifest(p) if (p / "manifest.json").exists() else {}
+    cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
+    if "model" in cfg and "parallel" in cfg:
+        case = engine_case(p, man)
+        doc = analysis_of(p) if case.device == "cuda" else None
+        step, peak = measured_of(doc, p) if doc else (None, None)
+        return RunJob(name=case.name, path=str(run), model=case.model, layout=case.layout,
+                      global_batch=case.global_batch, stack=case.stack, dtype=case.stack.dtype, gpus=case.world,
+                      device=case.device, device_name=case.device_name, measured_step_ms=step,
+                      measured_peak_bytes=peak, source="manifest", doc=doc)
+    doc = analysis_of(p)
+    job = run_model(doc, name=p.name, model=model_spec(model) if model else None, global_batch=global_batch)
+    step, peak = measured_of(doc, p)
+    return replace(job, path=str(run), measured_step_ms=step, measured_peak_bytes=peak,
+                   source="MODEL" if model else "traces", doc=doc)
+
+
+def _int(fields: dict, name: str) -> int | None:
+    v = fields.get(name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 1:
+        return None
+    return int(v)
+
+
+def _closest_shape(f: dict, params_total: int | None) -> tuple[dict, str]:
+    """learned_pos, bias and norm: the combination whose parameter count is nearest the run's
+    (the traces count parameters, not which small tensors make them up)."""
+    base = dict(layers=f["layers"], hidden=f["hidden"], heads=f["heads"], vocab=f["vocab"], seq=f["seq"],
+                ffn=f.get("ffn", 0), kv_heads=f.get("kv_heads", 0), gated=f.get("gated", False), tied=f.get("tied", False))
+    gpt, llama = dict(learned_pos=True, bias=True, norm="layernorm"), dict(learned_pos=False, bias=False, norm="rms")
+    if not params_total:
+        # no count to match: GPT's conventions for a plain MLP, Llama's for a gated one
+        return (llama if base["gated"] else gpt), "assumed from the MLP (no parameter count to match)"
+    best, err = gpt, math.inf
+    for pos in (True, False):
+        for bias in (True, False):
+            for norm in ("layernorm", "rms"):
+                extra = dict(learned_pos=pos, bias=bias, norm=norm)
+                n = ModelSpec(name="x", **base, **extra).params()
+                if abs(n - params_total) < err:
+                    best, err = extra, abs(n - params_total)
+    return best, f"the nearest to the run's {params_total:,} parameters ({100 * err / params_total:.2f} % off)"
+
+
+def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = None,
+              global_batch: int | None = None) -> RunJob:
+    """The planner's view of a run from its ``workbench analyze --json`` document ``doc``: model,
+    layout, batch, recomputation, dtype and stack from ``doc["model"]``, GPU and GPU count from
+    ``doc["run"]``. ``model`` (the MODEL argument) replaces the inferred shape; ``global_batch``
+    (``--global-batch``) the inferred batch. WorkbenchError naming the missing fields otherwise."""
+    block = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    full = block.get("fields") if isinstance(block.get("fields"), dict) else {}
+    f = inferred_fields(doc)
+    kind = block.get("kind")
+    run = doc.get("run") or {}
+    assumed: list[str] = []
+    taken: dict = {}
+    if model is None:
+        missing = [k for k in REQUIRED if _int(f, k) is None]
+        if missing or kind not in (None, "transformer"):
+            what = (f"its traces show {'a convnet' if kind == 'convnet' else 'a model'} that is not a transformer "
+                    f"(kind {kind!r})" if kind not in (None, "transformer")
+                    else "its model could not be inferred from the traces" if not f
+                    else f"its traces do not say the model's {', '.join(missing)}")
+            # the block exists but is empty: the traces hold no shapes to infer from
+            hint = " (record the trace with record_shapes=True)" if ("model" in doc and not f) else ""
+            raise WorkbenchError(f"{name}: {what}{hint}; give the model as MODEL: "
+                                 f"workbench plan L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1] --from-run {doc.get('run', {}).get('path', 'RUN')}")
+        shape = {k: _int(f, k) for k in ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads")}
+        shape = {k: v for k, v in shape.items() if v is not None}
+        shape.update({k: bool(f[k]) for k in ("gated", "tied") if isinstance(f.get(k), bool)})
+        extra, how = _closest_shape(shape, _int(f, "params_total"))
+        model = ModelSpec(name=f"inferred:{name}", **{"ffn": 0, "kv_heads": 0, **shape}, **extra)
+        taken.update({k: full[k] for k in (*REQUIRED, "ffn", "kv_heads", "gated", "tied", "params_total") if k in full})
+        norms = "weight and bias" if extra["norm"] == "layernorm" else "weight only"
+        assumed.append(f"position table {'learned' if extra['learned_pos'] else 'none (rotary)'}, "
+                       f"biases {'yes' if extra['bias'] else 'no'}, norms with {norms}: {how}")
+    world = int(run.get("world_size") or 1)
+    lay = f.get("layout") if isinstance(f.get("layout"), dict) else {}
+    tp, pp = (_int(lay, k) or 1 for k in ("tp", "pp"))
+    if world % (tp * pp):
+        assumed.append(f"the inferred tp {tp} x pp {pp} does not divide the {world} ranks: tp = pp = 1")
+        tp = pp = 1
+    dp = world // (tp * pp)
+    zero = lay.get("zero") if isinstance(lay.get("zero"), int) and not isinstance(lay.get("zero"), bool) else None
+    fsdp = bool(lay.get("fsdp"))
+    if zero not in (0, 1, 2, 3):
+        zero = 3 if fsdp else 0
+    if "layout" in full:
+        taken["layout"] = full["layout"]
+    else:
+        assumed.append(f"layout not inferred: data parallel over the {world} rank{'s' * (world != 1)}, no ZeRO")
+    rc = f.get("recompute") if f.get("recompute") in ("none", "selective", "full") else None
+    if rc is None:
+        assumed.append("recomputation not inferred: none")
+    else:
+        taken["recompute"] = full["recompute"]
+    mb, mbs = _int(f, "micro_batch"), _int(f, "micro_batches")
+    if mb is not None:
+        taken["micro_batch"] = full["micro_batch"]
+    if mbs is not None:
+        taken["micro_batches"] = full["micro_batches"]
+    if global_batch is None:
+        if mb is None:
+            raise WorkbenchError(f"{name}: its traces do not say the micro-batch (the embedding's input shape); "
+                                 "give --global-batch B (sequences per optimizer step) and --layout mb=…")
+        if mbs is None:
+            assumed.append("micro-batches per step not inferred: 1 (no gradient accumulation)")
+        global_batch = mb * (mbs or 1) * dp
+    if mb is None or global_batch % (dp * mb):
+        # --global-batch given: one micro-batch per replica and step unless the inferred one divides it
+        mb = max(1, global_batch // dp)
+    dtype = DTYPES.get(str(f.get("dtype")), None)
+    if dtype is None:
+        dtype = "bf16" if run.get("has_gpu") else "fp32"
+        assumed.append(f"dtype not inferred: {dtype}")
+    else:
+        taken["dtype"] = full["dtype"]
+    # the optimizer's name, or (a container such as torchtitan's OptimizersContainer) what ran inside it
+    opt_text = f"{f.get('optimizer') or ''} {(full.get('optimizer') or {}).get('source', '')}".lower()
+    opt = next((k for k in OPTIMIZER_STATE_BYTES if k in opt_text), None)
+    if opt is not None:
+        taken["optimizer"] = full["optimizer"]
+    else:
+        assumed.append("optimizer not inferred: AdamW (8 bytes of state per parameter)")
+    layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=rc or "none")
+    # FSDP2 (ZeRO 2/3) casts inside the blocks (bf16 activations); DDP runs under autocast and keeps
+    # its gradient buckets beside .grad — a single-GPU loop without DDP (torchtitan on one GPU) does not
+    ddp = dp > 1 or "distributeddataparallel" in str((full.get("layout") or {}).get("source", "")).lower()
+    stack = torch_stack(dtype, zero=zero, optimizer_bytes=OPTIMIZER_STATE_BYTES.get(opt or "adamw", 8), pipeline=pp > 1)
+    if zero <= 1 and not ddp:
+        stack = replace(stack, ddp_bucket_copy=False)
+        assumed.append("no DistributedDataParallel in the traces: no gradient buckets beside .grad")
+    gpu = bool(run.get("has_gpu"))
+    return RunJob(name=name, path=str(run.get("path") or name), model=model, layout=layout, global_batch=global_batch,
+                  stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
+                  device_name=run.get("device") if gpu else None, measured_step_ms=_measured_step(doc),
+                  measured_peak_bytes=_measured_peak(doc), taken=taken, assumed=tuple(assumed))
+
+
+def _measured_step(doc: dict) -> float | None:
+    v = (doc.get("summary") or {}).get("step_ms")
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+def _measured_peak(doc: dict) -> float | None:
+    v = (doc.get("metrics") or {}).get("peak_allocated_gib")
+    return float(v) * 2**30 if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+def analysis_of(run: str | Path) -> dict:
+    """The run's ``workbench analyze --json`` document: the cached one when nothing changed, else
+    analysed (and cached, as ``workbench analyze`` does)."""
+    import json
+
+    from workbench import cache as result_cache
+    from workbench.verdict import analyze_run
+
+    doc = result_cache.cached_result(run)
+    if doc is None:
+        doc = json.loads(json.dumps(analyze_run(run).to_json(), default=str))
+        result_cache.write_result(run, doc)
+    return doc
+
+
+def measured_of(doc: dict, run: str | Path) -> tuple[float | None, float | None]:
+    """The job's step and the allocator's peak of an analysed run (the steps CSVs' peak when the
+    analysis has none: runs recorded without memory events)."""
+    peak = _measured_peak(doc)
+    if peak is None and doc.get("run", {}).get("has_gpu"):
+        from workbench.plan.checks import max_allocated_bytes
+
+        peak = max_allocated_bytes(Path(run)) or None
+    return _measured_step(doc), peak
+
+
+def _pct(pred: float | None, meas: float | None) -> float | None:
+    return None if not (pred and meas) else round(100 * (pred / meas - 1), 2)
+
+
+def from_run_json(req, result) -> dict:
+    """``req.from_run`` (what the run is) with, for a GPU run, the plan of the run's own layout
+    beside what it measured and the best layouts on 1, 2, 4 and 8 times its GPUs."""
+    from workbench.plan.hardware import make_cluster
+    from workbench.plan.search import PlanRequest, plan
+
+    out = dict(req.from_run)
+    given = result.given
+    meas = out.get("measured") or {}
+    pred_step = given.time.step_s * 1e3 if (given is not None and given.time is not None) else None
+    pred_mem = given.memory.total if given is not None else None
+    out["predicted"] = {"layout_key": given.layout.key() if given else None,
+                        "step_ms": None if pred_step is None else round(pred_step, 2),
+                        "memory_gib": None if pred_mem is None else round(pred_mem / 2**30, 3)}
+    out["error_pct"] = {"step": _pct(pred_step, meas.get("step_ms")),
+                        "memory": _pct(pred_mem and pred_mem / 2**30, meas.get("peak_memory_gib"))}
+    alts = []
+    if given is not None and pred_step:
+        run_rate = req.global_batch / pred_step / req.cluster.gpus
+        anchor = meas["step_ms"] / pred_step if meas.get("step_ms") else None
+        c = req.cluster
+        for k in SCALES:
+            cluster = c if k == 1 else make_cluster(c.gpu.name, c.gpus * k, max(c.gpus_per_node, min(8, c.gpus * k)),
+                                                   c.intra_gbps, c.inter_gbps)
+            # on the run's own GPUs the plan itself (it holds the run's layout even where the search
+            # space does not: a micro-batch of 12, say); elsewhere a search of its own
+            sub = result if k == 1 else plan(replace(req, cluster=cluster, layout=None, run_stack=None, from_run=None))
+            best = next((e for e in sub.ranked if not (k == 1 and e.layout == given.layout)), None)
+            row = {"scale": k, "gpus": cluster.gpus, "searched": sub.searched, "fitting": sub.fitting}
+            if best is None:
+                row.update(layout_key=None, note="no other layout fits" if k == 1 else "no layout fits")
+            else:
+                t = best.time
+                row.update(layout_key=best.layout.key(), layout=best.layout.to_json(), step_ms=round(t.step_s * 1e3, 2),
+                           anchored_step_ms=None if anchor is None else round(t.step_s * 1e3 * anchor, 2),
+                           memory_gib=round(best.memory.total / 2**30, 3), tokens_per_s=round(t.tokens_per_s, 1),
+                           mfu=round(t.mfu, 4),
+                           speedup_per_gpu=round(req.global_batch / (t.step_s * 1e3) / cluster.gpus / run_rate, 3),
+                           note=None)
+                speedup = row["speedup_per_gpu"]
+                if k == 1 and speedup < MIN_SPEEDUP:
+                    row["note"] = ("the run's layout is the fastest found" if sub.ranked and sub.ranked[0].layout == given.layout
+                                   else f"no layout predicted {100 * (MIN_SPEEDUP - 1):.0f} % faster than the run's")
+            alts.append(row)
+    out["alternatives"] = alts
+    return out
+
+
+def print_from_run(fr: dict, con) -> None:
+    """The run beside its prediction, then the alternatives (rich console)."""
+    meas, pred, err = fr.get("measured") or {}, fr.get("predicted") or {}, fr.get("error_pct") or {}
+
+    def pair(p, m, e, unit):
+        etxt = "" if e is None else f" ({e:+.1f} %)"
+        return f"predicted {_num(p)} {unit}, measured {_num(m)} {unit}{etxt}"
+
+    src = {"manifest": "its manifest's engine config", "traces": "the model inferred from its traces",
+           "MODEL": "the MODEL given, the rest inferred from its traces"}.get(fr.get("source"), fr.get("source"))
+    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}")
+    con.print(f"  step: {pair(pred.get('step_ms'), meas.get('step_ms'), err.get('step'), 'ms')}")
+    con.print(f"  peak memory: {pair(pred.get('memory_gib'), meas.get('peak_memory_gib'), err.get('memory'), 'GiB')}")
+    if fr.get("device") == "cpu":
+        con.print("  (the run ran on CPUs: its time and memory are not a GPU's; workbench compare RUN PLAN.json holds "
+                  "its allocations and communication against this plan)")
+    for a in fr.get("assumed") or []:
+        con.print(f"  assumed: {a}")
+    if fr.get("alternatives"):
+        con.print("[bold]alternatives[/] (same global batch and calibration; speed-up per GPU against the run's prediction)")
+        for a in fr["alternatives"]:
+            gpus = f"{a['gpus']:>6,} GPU{'s' * (a['gpus'] != 1)}"
+            if not a.get("layout_key"):
+                con.print(f"  {gpus}: {a['note']}")
+                continue
+            anchored = f", {_num(a['anchored_step_ms'])} ms anchored on the run" if a.get("anchored_step_ms") else ""
+            note = f" — {a['note']}" if a.get("note") else ""
+            con.print(f"  {gpus}: {a['layout_key']}: {_num(a['step_ms'])} ms{anchored}, "
+                      f"{_num(a['memory_gib'])} GiB, {a['speedup_per_gpu']:.2f}x per GPU{note}")
+
+
+def _num(x: float | None) -> str:
+    """A figure in 3 significant digits (thousands separated): 215, 8.12, 0.0311; – for None."""
+    if x is None:
+        return "–"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
