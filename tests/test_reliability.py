@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import gzip
 import json
-import math
 import os
 import shutil
 import subprocess
