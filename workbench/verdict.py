@@ -92,7 +92,7 @@ JSON_SCHEMA = "workbench.analyze/1"
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
-                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL)
+                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
 and the report's pages read the same)."""
 READS = unique((*ANALYSIS_READS, *RULE_READS))

@@ -27,6 +27,7 @@ Frame name → function → columns (see each function's docstring):
 ``inventory``       analysis.comm.collective_inventory         INVENTORY_COLUMNS
 ``memory_summary``  analysis.memory.memory_summary             dict
 ``efficiency``      analysis.kernel_classes.efficiency         Efficiency (compacted)
+``gemm_calls``      frames._gemm_calls                         GEMM_CALL_COLUMNS
 ``model``           analysis.model.rank_model                  dict (kind, fields, evidence)
 ==================  =========================================  ==============================
 """
@@ -246,6 +247,22 @@ def _efficiency(rf: RankFrames) -> Efficiency:
     return efficiency(rf.trace, rf.device_name(), rf[WINDOWS])
 
 
+GEMM_CALL_COLUMNS = ["flops", "seconds"]
+
+
+def _gemm_calls(rf: RankFrames) -> pd.DataFrame:
+    """Each matmul op's FLOPs and its kernels' time (GPU traces; empty on CPU): what the planner's
+    calibration measures GEMM efficiency by size on (workbench.plan.calibrate), declared here so
+    it is computed next to the trace and cached like every other frame."""
+    k = rf[EFFICIENCY].kernels
+    if k.empty or "op" not in k:
+        return pd.DataFrame(columns=GEMM_CALL_COLUMNS)
+    g = k[k["class"].isin(("gemm_tensor_core", "gemm_simt")) & (k["op"] >= 0)]
+    per = g.groupby("op").agg(flops=("flops", "sum"), us=("dur_us", "sum"))
+    per = per[(per["flops"] > 0) & (per["us"] > 0)]
+    return pd.DataFrame({"flops": per["flops"].to_numpy(float), "seconds": per["us"].to_numpy(float) * 1e-6})
+
+
 def _model(rf: RankFrames) -> dict:
     # the counted ops that ran (on GPU traces: launched kernels), with the dtype they ran in
     return rank_model(rf.trace, rf[WINDOWS], rf[EFFICIENCY].ops)
@@ -260,6 +277,7 @@ INVENTORY = Frame("inventory", _inventory)
 MEMORY_SUMMARY = Frame("memory_summary", _memory_summary, returns=dict)
 EFFICIENCY = Frame("efficiency", _efficiency, returns=Efficiency, compact=compact)
 MODEL = Frame("model", _model, returns=dict)
+GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
 
-FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL)
+FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS)
 """The analysis layer's frames (rules add their own: ``workbench.diagnose.FRAMES``)."""
