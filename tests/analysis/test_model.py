@@ -301,3 +301,27 @@ def test_a_llama_shaped_trainer_is_its_own_print(run, recompute, accum, fsdp):
     assert v(m, "optimizer") == "adamw" and "foreach" in m["fields"]["optimizer"]["source"]
     if recompute == "selective":
         assert "4 of 8 attention forwards" in m["fields"]["recompute"]["source"]  # 2 of 4 layers, 2 passes
+
+
+def test_without_an_embedding_op_the_head_says_the_table(tmp_path):
+    """A compiled graph gathers the token table with its own kernel: no aten::embedding in the
+    trace. The untied head's [vocab, hidden] weight and the two gradients of that shape still say
+    there is a token table of its own, so the convention's FLOPs stay the script's print (seq and
+    batch from the attention's query)."""
+    import gzip
+    import json as _json
+    import re
+
+    from tests.analysis.conftest import DATA
+
+    src = DATA / "llama_cpu_none"
+    doc = _json.loads(gzip.decompress((src / "rank0.pt.trace.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "aten::embedding"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.pt.trace.json").write_text(_json.dumps(doc))
+    m = analyze_run(run, cache=False).model_json()
+    params, non_emb, fpt, tokens = (int(x.replace(",", "")) for x in re.search(LLAMA_LINE, (src / "console.log").read_text()).groups())
+    assert v(m, "vocab") == 512 and v(m, "tied") is False and m["fields"]["tied"]["confidence"] == "medium"
+    assert v(m, "params_non_embedding") == non_emb and v(m, "model_flops_per_token") == fpt
+    assert v(m, "seq") == 64 and v(m, "micro_batch") == 2 and v(m, "tokens_per_step") == tokens

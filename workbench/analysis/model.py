@@ -172,7 +172,9 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     containers = _Spans(ev, str_mask(names, lambda c: c.isin(_FORWARD_CONTAINERS)))
     in_container = containers.inside(ops["tid"].to_numpy(dtype=object), ops["ts_us"].to_numpy(dtype=float))
     is_attn_fwd = ops["name"].isin(_FWD_ATTENTION).to_numpy()
-    ops["forward"] = is_attn_fwd | ops["name"].isin(_FORWARD_ONLY).to_numpy() | (
+    # outside backward every counted op is forward work (a compiled graph's mm has no aten::linear
+    # around it); inside, only what backward formulas never call, or a mm under a forward container
+    ops["forward"] = ~ops["in_bwd"].to_numpy() | is_attn_fwd | ops["name"].isin(_FORWARD_ONLY).to_numpy() | (
         ops["name"].isin(["aten::mm", "aten::bmm"]).to_numpy() & in_container)
     ops["dims"] = [getattr(by_key.get((t, n)), "dims", None) for t, n in zip(ops["ts_us"], ops["name"])]
 
@@ -342,6 +344,7 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     act = (f["micro_batch"]["value"] * f["seq"]["value"] * hidden) if "micro_batch" in f and "seq" in f and hidden else None
     shapes = [tuple(x.dims[0]) for x in acc_first["args"] if x.dims and x.dims[0]]
     shapes = [sh for sh in shapes if not (len(sh) >= 3 and act and int(np.prod(sh)) == act)]
+    shape_count = Counter(shapes)
     if shapes:
         total = sum(int(np.prod(sh)) for sh in shapes)
         f["params_total"] = field(int(total), f"{len(shapes)} parameter tensors' gradients (torch::autograd::AccumulateGrad) "
@@ -365,6 +368,18 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     elif weights:
         total = sum(int(np.prod(w)) for w in weights) + sum(int(np.prod(t)) for t in tables)
         f["params_total"] = field(int(total), "forward GEMM weights plus embedding tables (no backward: a lower bound)", "low")
+    if "params_total" in f and not tables and head_w:
+        # no embedding op (a compiled graph gathers with its own kernel): the head's [vocab, hidden]
+        # gradients say whether a token table of that shape is a parameter of its own
+        t = (head_w[1], head_w[0])
+        grads, gemms = shape_count.get(t, 0), weights.get(head_w, 0)
+        if gemms and grads in (gemms, gemms + 1):
+            f["tied"] = field(grads == gemms, f"{grads} gradient(s) of the head's {list(t)} shape for {gemms:g} GEMM weight(s) "
+                                              "of that shape (no embedding op in the trace)", "medium")
+            tables = Counter({t: 1}) if grads == gemms + 1 else Counter()
+            evid["token_table"] = list(t)
+            if not tables:  # tied: the table is the head; position tables are not seen
+                f["params_embedding"] = field(0, "the token table is the tied head; no embedding op shows position tables", "low")
     if "params_total" in f and tables:
         tied = f.get("tied", {}).get("value")
         token_table = tuple(evid["token_table"])
@@ -372,6 +387,10 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
         f["params_embedding"] = field(emb_params, "input embedding tables" + (" (the tied token table counts as the head)" if tied else ""),
                                       "high" if "tied" in f else "medium")
         f["params_non_embedding"] = field(f["params_total"]["value"] - emb_params, "params_total − params_embedding",
+                                          min(f["params_total"]["confidence"], f["params_embedding"]["confidence"], key=_rank))
+
+    if "params_total" in f and "params_embedding" in f and "params_non_embedding" not in f:
+        f["params_non_embedding"] = field(f["params_total"]["value"] - f["params_embedding"]["value"], "params_total − params_embedding",
                                           min(f["params_total"]["confidence"], f["params_embedding"]["confidence"], key=_rank))
 
     # tokens per optimizer step
