@@ -10,7 +10,6 @@ and step-time tables (each predicted from plan_gpu_370m_b16's calibration).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 from workbench.plan import checks  # noqa: E402

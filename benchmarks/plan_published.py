@@ -11,7 +11,6 @@ See workbench/plan/published.py for the sources and how a per-GPU TFLOP/s become
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 from workbench.plan.model import PRESETS  # noqa: E402

@@ -47,7 +47,7 @@ from typing import Any
 import psutil
 
 from benchmarks.analyze_vs_hta import HTA_SCRIPT
-from benchmarks.measure import ROOT, measure
+from benchmarks.measure import PSS_EVERY_S, ROOT, SAMPLE_S, measure
 from benchmarks.synthetic import build_big, build_ranks, source_text
 
 FIGURES = Path(__file__).resolve().parent / "figures"

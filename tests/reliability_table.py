@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -221,7 +221,8 @@ headers whose `distributedInfo`, `pg_config`, `deviceProperties` and `baseTimeNa
 mistyped; random truncations and byte flips of a real trace, plain and gzipped): `read_trace`
 returns a trace or raises the one-line `TraceError`, and `analyze_run` on whatever loads returns or
 raises a one-line `WorkbenchError` — never anything else. A header field that does not fit is
-dropped (an int-like `"rank": "1"` is read as 1), never the trace.
+dropped (an int-like `"rank": "1"` is read as 1), never the trace. The generated corpus below tries
+each class of hostile input as an attacker would and counts what came of it.
 """
 
 
@@ -231,15 +232,72 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
                      + ["| " + " | ".join(r) + " |" for r in esc])
 
 
+CORPUS_INTRO = """## Generated hostile corpus (`tests/hostile_corpus.py`)
+
+Built at test time from committed traces (the multi-GB inputs as one gzip member compressed once and
+written many times: milliseconds and a few MB of disk), each case run as a user would (`analyze
+--json`, `analyze`, `report`, `plan --from-run`/`--calibrate`, the app's upload through
+`tests/scripts/upload_one.py`) in a subprocess under a 3 GiB address-space limit and a time limit;
+`tests/test_hostile_corpus.py` runs each as a test. A **traceback** is an exit other than 0 and 2 or
+`Traceback` on stderr; a **hang** a run past its limit; **silent nonsense** an exit 0 where an error
+was due, a result whose warnings (or stderr) do not name what was implausible, a non-finite step,
+shares that do not sum to 100, a numpy warning, a peak over 2 GB, or numbers that fail the case's own
+check (steps counted, the step within 1 % of the unmodified trace's 15.6 ms, the same diagnoses, the
+GPU's own step within 10 %). Peak RSS (`wait4`) and times are this 2-core machine's at the last
+regeneration; the check of this file does not compare them.
+"""
+
+
+def _mb(v: float) -> str:
+    return f"{v:.0f} MB"
+
+
+def render_corpus(observed: dict) -> str:
+    """The corpus section: counts per class (cases, tracebacks, hangs, silent nonsense, refused,
+    answered; peak RSS and the slowest case), then one row per case."""
+    from tests.hostile_corpus import BY_NAME
+
+    classes: dict[str, list] = {}
+    for name, o in observed.items():
+        classes.setdefault(BY_NAME[name].klass, []).append(o)
+    head = ["class", "cases", "tracebacks", "hangs", "silent nonsense", "refused (exit 2)", "answered (exit 0)", "peak RSS", "slowest"]
+
+    def row(label, obs):
+        return [label, str(len(obs)), *(str(sum(o.kind == k for o in obs)) for k in ("traceback", "hang", "nonsense")),
+                str(sum(o.exit_code == 2 for o in obs)), str(sum(o.exit_code == 0 for o in obs)),
+                _mb(max(o.rss_mb for o in obs)), f"{max(o.seconds for o in obs):.1f} s"]
+
+    summary = [row(k, v) for k, v in classes.items()] + [row("**all**", list(observed.values()))]
+    cases = []
+    for name, o in observed.items():
+        c = BY_NAME[name]
+        msg = o.message if len(o.message) <= 240 else o.message[:239] + "…"
+        cases.append([f"`{name}`", c.klass, c.what, f"`{' '.join(c.argv)}`", str(o.exit_code), f"`{msg}`" if msg else "",
+                      o.problem or "ok", _mb(o.rss_mb), f"{o.seconds:.1f} s"])
+    return "\n".join([CORPUS_INTRO, _table(head, summary), "",
+                      _table(["case", "class", "input", "command", "exit", "message (exit 2) or the warning that names it",
+                              "outcome", "peak RSS", "time"], cases)])
+
+
+_MEASURED = re.compile(r"\b\d+(?:\.\d+)? (?:MB|s)\b")
+
+
+def comparable(text: str) -> str:
+    """``text`` with the measured peaks and times masked: they vary from run to run."""
+    return _MEASURED.sub("#", text)
+
+
 def render(observed: dict[str, Outcome], extra: list[tuple[str, str, Outcome]], not_tested: list[tuple[str, str]],
-           known: list[tuple[str, str]], open_bugs: list[tuple[str, str]] = ()) -> str:
+           known: list[tuple[str, str]], open_bugs: list[tuple[str, str]] = (), corpus: dict | None = None) -> str:
     """RELIABILITY.md from the observed outcomes (``extra``: rows observed without the CLI;
-    ``open_bugs``: (strict-xfail test, failure) of bugs known and not fixed yet)."""
+    ``open_bugs``: (strict-xfail test, failure) of bugs known and not fixed yet; ``corpus``: case
+    name → tests.hostile_corpus.Observed)."""
     rows = [[f"`{n}`", HOSTILE[n][0], *observed[n].cells()] for n in HOSTILE]
     rows += [[f"`{n}`", what, *o.cells()] for n, what, o in extra]
     covered = [[fault, f"`{node}`", outcome] for fault, node, outcome in COVERED_ELSEWHERE]
     return "\n".join([
         INTRO,
+        *([render_corpus(corpus), ""] if corpus else []),
         "## Hostile inputs (`workbench analyze --json DIR`)\n",
         "Exit 2 is a one-line error (the message is the first stderr line; DIR is the input's path).\n",
         _table(["case", "input", "how", "exit", "message", "kept"], rows),

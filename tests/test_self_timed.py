@@ -71,19 +71,24 @@ def test_the_correction_matters_where_the_profiler_stretched_the_steps():
 
 
 @pytest.mark.parametrize("entry", [e for e in SELF_TIMED if e.timer.mfu_regex], ids=lambda e: e.name)
-def test_mfu_is_the_scripts_own_rescaled(entry):
-    """The script's MFU (its FLOP formula, its peak: nanoGPT's 6N + 12LHQT against an A100's 312
-    TFLOP/s) rescaled to the workbench's FLOPs (counted from the trace's shapes) and the H200's
-    bf16 peak, against the workbench's MFU of the job's step."""
+def test_mfu_is_the_scripts_own(entry):
+    """The workbench's MFU counts the model's FLOPs by the script's own convention (nanoGPT:
+    6N + 12LHQT per token, N without the position table), so only the peak differs: nanoGPT
+    holds every run, fp32 too, to an A100's 312 TFLOP/s; rescaled to the H200's bf16 989 it is
+    the workbench's MFU against the bf16 peak, within 10 %. The FLOPs per step are the script's
+    to the FLOP; HFU (the FLOPs the trace executed: causal attention halved) stays beside it."""
     run = TRACES / "corpus" / entry.name
     own = corpus.own_times(entry, (run / "console.log").read_text())
     doc = analyze_run(run).to_json()
     eff = doc["efficiency"]
     peak = device_peak(doc["run"]["device"]).tflops["bf16"]
-    rescaled = own["mfu_pct"] * entry.timer.mfu_peak_tflops / peak * eff["flops_per_step"] / entry.timer.mfu_flops_per_step
+    rescaled = own["mfu_pct"] * entry.timer.mfu_peak_tflops / peak
+    assert eff["mfu_source"] == "model"
+    assert eff["model_flops_per_step"] == pytest.approx(entry.timer.mfu_flops_per_step, rel=1e-9)
     assert eff["mfu_bf16_pct"] == pytest.approx(rescaled, rel=MFU_TOLERANCE), (eff["mfu_bf16_pct"], rescaled)
-    # the two FLOP counts agree to a few per cent (PaLM's formula counts the tied head once)
+    # the executed count is a few per cent off the convention (causal halving, the 2.5× attention backward)
     assert eff["flops_per_step"] == pytest.approx(entry.timer.mfu_flops_per_step, rel=0.08)
+    assert eff["hfu_bf16_pct"] != eff["mfu_bf16_pct"]
 
 
 def test_a_cpu_loop_that_times_itself():

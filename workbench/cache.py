@@ -34,15 +34,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench import contract
+from workbench.discover import rank_from_name
+from workbench.errors import WorkbenchError
+from workbench.manifest import read_manifest
 from workbench.kineto import trace_files
 
 if TYPE_CHECKING:
     from workbench.analysis.frames import Frame, Params, RankSummary
 
 CACHE_DIR = ".workbench-cache"
+ANALYZE_SCHEMA = "workbench.analyze/1"  # the json_schema of a cached --json document
 RESULT = "analysis.json"  # the last --json document, beside the summaries
 INDEX = "index.json"
-SOURCES = ("kineto.py", "contract.py", "peaks.py", "devices.py", "discover.py", "overhead.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
+SOURCES = ("kineto.py", "contract.py", "manifest.py", "jsonscan.py", "peaks.py", "devices.py", "discover.py", "overhead.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
            "load", "analysis", "diagnose")
 """The code that computes frames and rules (paths in the workbench package): its hash is part of
 the key. tests/test_imports.py checks that everything ``workbench.verdict`` imports is here."""
@@ -122,7 +126,44 @@ def summaries(run_path: Path, files: list[Path], params: Params, frames: Sequenc
 
 
 class _Unreadable(Exception):
-    """A cached frame that is missing or does not read back as its type."""
+    """A cached frame that is missing or does not read back as its type, or an index or
+    ``--json`` document that is not what this code wrote."""
+
+
+def _digest(body: Any) -> str:
+    """sha256 of a JSON body as written: stored beside it, so that a cache file edited by hand (a
+    rank renamed, a body replaced under the right key) is recomputed, not served. ~1 ms per MB."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_RANK_KEYS = {"path": str, "rank": int, "world_size": (int, type(None)), "distributed": dict, "devices": list,
+              "n_events": int, "has_gpu": bool, "notes": list, "json": dict, "tables": dict}
+
+
+def _check_index(doc: dict, key: dict) -> None:
+    """The index as :func:`_write` writes it, for the files of ``key``: its digest, one entry per
+    trace file with the keys and types the reader uses, ranks that agree with the trace's own
+    ``distributedInfo`` and world size; else :class:`_Unreadable` (why)."""
+    body = {k: doc.get(k) for k in ("tables", "ranks")}
+    if doc.get("digest") != _digest(body):
+        raise _Unreadable("its index does not match its digest (edited?)")
+    tables, ranks = body["tables"], body["ranks"]
+    if not isinstance(tables, dict) or not all(isinstance(v, str) and v.endswith(".parquet") and "/" not in v
+                                               for v in tables.values()):
+        raise _Unreadable("its index lists no valid tables")
+    if not isinstance(ranks, list) or sorted(r.get("path") for r in ranks if isinstance(r, dict)) \
+            != sorted(f[0] for f in key["files"]):
+        raise _Unreadable("its index does not list the run's trace files")
+    for r in ranks:
+        for k, t in _RANK_KEYS.items():
+            if not isinstance(r.get(k), t) or t is int and isinstance(r.get(k), bool):
+                raise _Unreadable(f"its index entry for {r.get('path')} has no valid {k}")
+        # the rank the reducer gave it (load.run.rank_of): distributedInfo's, else the file name's, else 0
+        ws, stated = r["world_size"], r["distributed"].get("rank")
+        named = rank_from_name(r["path"])
+        expected = stated if stated is not None else named if named is not None else 0
+        if r["rank"] != expected or ws is not None and r["rank"] >= ws:
+            raise _Unreadable(f"its index gives {r['path']} rank {r['rank']} where the trace says {expected}")
 
 
 def _read(target: Path, key: dict, frames: Sequence[Frame], run_path: Path) -> list[RankSummary] | None:
@@ -134,6 +175,7 @@ def _read(target: Path, key: dict, frames: Sequence[Frame], run_path: Path) -> l
         doc = json.loads(idx.read_text())
         if not isinstance(doc, dict) or doc.get("key") != key:
             return None
+        _check_index(doc, key)
         return _decode(target, doc, frames, run_path)
     except Exception as e:  # noqa: BLE001 - a broken cache is recomputed, never an error
         why = str(e) if isinstance(e, _Unreadable) else type(e).__name__
@@ -190,13 +232,14 @@ def _write(target: Path, key: dict, summaries: list[RankSummary], frames: Sequen
             index.append({"path": s.path.name, "rank": s.rank, "world_size": s.world_size, "distributed": _jsonable(s.distributed),
                           "devices": _jsonable(s.devices), "base_time_ns": s.base_time_ns,
                           "first_step": list(s.first_step) if s.first_step else None, "start_s": s.start_s, "end_s": s.end_s,
-                          "n_events": s.n_events, "has_gpu": s.has_gpu, "json": small, "tables": shapes})
+                          "n_events": s.n_events, "has_gpu": s.has_gpu, "notes": list(s.notes), "json": small, "tables": shapes})
         names = {}
         for j, (name, parts) in enumerate(sorted(by_table.items())):
             fname = f"t{j}.parquet"
             pq.write_table(pa.Table.from_pandas(pd.concat(parts, ignore_index=True), preserve_index=False), tmp / fname)
             names[name] = fname
-        (tmp / INDEX).write_text(json.dumps({"key": key, "tables": names, "ranks": index}))
+        body = json.loads(json.dumps({"tables": names, "ranks": index}))  # as it reads back
+        (tmp / INDEX).write_text(json.dumps({"key": key, "digest": _digest(body), **body}))
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
@@ -242,7 +285,7 @@ def _decode(target: Path, doc: dict, frames: Sequence[Frame], run_path: Path) ->
                                distributed=r["distributed"], devices=r["devices"], base_time_ns=r["base_time_ns"],
                                first_step=tuple(r["first_step"]) if r["first_step"] else None,
                                start_s=r["start_s"], end_s=r["end_s"], n_events=r["n_events"], has_gpu=r["has_gpu"],
-                               frames=values))
+                               notes=list(r["notes"]), frames=values))
     return out
 
 
@@ -324,12 +367,9 @@ def _result_key(path: Path | str) -> tuple[Path, dict] | None:
         run_path, files, manifest = path.parent, [path], {}
     elif path.is_dir():
         run_path, files = path, trace_files(path)
-        m = path / contract.MANIFEST
-        try:
-            manifest = json.loads(m.read_text()) if m.exists() else {}
-        except (OSError, ValueError):
-            return None
-        if not isinstance(manifest, dict):
+        try:  # the checked reader: a manifest it refuses is the analysis' error to word, not the key's
+            manifest = read_manifest(path)
+        except WorkbenchError:
             return None
     else:
         return None
@@ -347,11 +387,24 @@ def cached_result(path: Path | str) -> dict | None:
     if found is None:
         return None
     run_path, key = found
+    target = cache_dir(run_path)
     try:
-        doc = json.loads((cache_dir(run_path) / RESULT).read_text())
-    except (OSError, ValueError):
+        doc = json.loads((target / RESULT).read_text())
+    except (OSError, ValueError, RecursionError):
         return None
-    return doc.get("analysis") if isinstance(doc, dict) and doc.get("key") == key else None
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    analysis = doc.get("analysis")
+    why = None
+    if doc.get("digest") != _digest(analysis):
+        why = "the document does not match its digest (edited?)"
+    elif not isinstance(analysis, dict) or analysis.get("json_schema") != ANALYZE_SCHEMA \
+            or not all(isinstance(analysis.get(k), t) for k, t in (("run", dict), ("summary", dict), ("diagnoses", list))):
+        why = f"not a {ANALYZE_SCHEMA} document"
+    if why:
+        print(f"workbench: ignoring an unreadable analysis cache in {target} ({why}); recomputing", file=sys.stderr)
+        return None
+    return analysis
 
 
 def write_result(path: Path | str, analysis: dict) -> None:
@@ -366,7 +419,8 @@ def write_result(path: Path | str, analysis: dict) -> None:
         return
     try:
         tmp = target / (RESULT + ".tmp")
-        tmp.write_text(json.dumps({"key": key, "analysis": analysis}, default=str))
+        analysis = json.loads(json.dumps(analysis, default=str))  # the digest is of what reads back
+        tmp.write_text(json.dumps({"key": key, "digest": _digest(analysis), "analysis": analysis}))
         os.replace(tmp, target / RESULT)
     except OSError:
         pass

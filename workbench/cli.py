@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from workbench.console import error
 
+    # A file name is bytes, and one that is not valid in the locale's encoding reaches Python as
+    # lone surrogates (PEP 383), which a strict stream cannot encode: print them escaped instead
+    # of dying mid-output (PYTHONIOENCODING=utf-8 and a byte such as 0xff in a trace's name).
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a TextIOWrapper (captured, replaced)
+            pass
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -20,6 +20,10 @@ shares and ``speedup_measured`` the profiled steps (the trace, as the diagnoses'
 ``workbench.analysis.throughput``), the throughput the case studies' RESULTS.md report. Before
 issue 10 ``tokens_per_s`` also counted step 0's start-up and the profiled steps (57,306 against
 RESULTS.md's 139,352 for ``traces/case_gpu_2_preload_shm``; now 139,237 in both).
+``tokens_per_s`` is the script's own count (``record_metrics(tokens=…)``) where it wrote one, else
+the inferred model's tokens per step (workbench.analysis.model) over the steady step; ``mfu_pct``
+(the model's FLOPs, the field's MFU) and ``hfu_pct`` (the FLOPs the trace executed) are the job's
+step's (verdict's ``efficiency``).
 ``within_estimate``: the measured speed-up does not exceed the diagnosis's upper bound
 (``speedup_max``) by more than ``ESTIMATE_TOLERANCE`` (run-to-run noise); null without a bound.
 """
@@ -197,7 +201,8 @@ def _print(cmp: Comparison) -> None:
     if cmp.speedup_measured is not None:
         con.print(f"[bold]measured speed-up[/] (A step / B step, profiled steps): {cmp.speedup_measured:.2f}×")
     con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
-              "steps (step ≥ 1, not profiled)")
+              "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (6·N + 12·L·h·s per token), "
+              "hfu_pct the FLOPs the trace executed, both of the job's step")
     for i in cmp.resolved:
         est = cmp.estimates.get(i)
         within = cmp.within_estimate(i)

@@ -113,8 +113,37 @@ def print_analysis(doc: dict, con=None) -> None:
         gain = d["estimated_gain"]
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
+    _print_model(doc.get("model"), doc.get("metrics") or {}, con)
     _print_efficiency(doc.get("efficiency"), con)
     con.print(f"[bold]verdict:[/] {doc['verdict']}")
+
+
+def _print_model(model: dict | None, metrics: dict, con) -> None:
+    """One line: the model the trace shows (analysis.model), and the job's tokens/s."""
+    if not model or not model.get("kind"):
+        return
+    f = {k: v["value"] for k, v in model["fields"].items() if v.get("value") is not None}
+    parts = [model["kind"]]
+    if f.get("params_total"):
+        parts.append(f"{f['params_total'] / 1e6:,.1f}M parameters")
+    shape = [f"{k} {f[k]}" for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq") if k in f]
+    if shape:
+        parts.append(" ".join(shape))
+    if "global_tokens_per_step" in f:
+        parts.append(f"{f['global_tokens_per_step']:,} tokens/step ({f.get('micro_batches', 1)} micro-batches of "
+                     f"{f.get('micro_batch', '?')})")
+    for k in ("dtype", "optimizer"):
+        if k in f:
+            parts.append(str(f[k]))
+    if "recompute" in f:
+        parts.append(f"recompute {f['recompute']}")
+    lay = f.get("layout")
+    if lay:
+        parts.append(f"dp {lay['dp']} tp {lay['tp']} pp {lay['pp']}" + (f" ZeRO-{lay['zero']}" if lay.get("zero") else "")
+                     + (" FSDP" if lay.get("fsdp") else ""))
+    con.print(f"[bold]model:[/] {', '.join(parts)}")
+    if metrics.get("tokens_per_s"):
+        con.print(f"  tokens/s: {metrics['tokens_per_s']:,.0f}")
 
 
 def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
@@ -125,10 +154,16 @@ def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
     mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
     if eff["mfu_bf16_pct"] is not None and eff["mfu_bf16_pct"] != eff["mfu_pct"]:
         mfu += f" ({eff['mfu_bf16_pct']:.1f}% of the bf16 peak)"
+    if eff.get("hfu_pct") is not None and eff.get("mfu_source") == "model":
+        mfu += f", HFU {eff['hfu_pct']:.1f}%"
     flops, rate = eff["flops_per_step"], eff["achieved_tflops"] * 1e12
     unit, scale = ("TFLOP", 1e12) if max(flops, rate) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
     con.print(f"[bold]efficiency:[/] {flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s, {mfu}; "
               f"FLOPs by dtype: {mix}")
+    if eff.get("mfu_source") == "model":
+        con.print(f"  MFU counts {eff['mfu_convention']}; HFU the FLOPs the trace executed")
+    if eff.get("mfu_note"):
+        con.print(f"[cyan]note:[/] {eff['mfu_note']}")
     if eff["classes"]:
         parts = []
         for c in eff["classes"][:top]:

@@ -23,11 +23,12 @@ Torch- and pandas-free: :mod:`workbench.cache` keys a run by these files before 
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workbench.jsonscan import TOO_DEEP, object_prefix
 
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 """Names that are traces by convention (workbench, tensorboard_trace_handler)."""
@@ -134,21 +135,15 @@ def _verdict(text: bytes, whole: bool, final: bool = False):
     if text[:1] != b"{":
         return "not JSON"
     m = _EVENTS_KEY.search(text)
-    if m and _top_level(text[: m.start()]):
+    if m and (why := object_prefix(text[: m.start()])) is None:
         return None
+    if m and why == TOO_DEEP:
+        return f"{TOO_DEEP} before its traceEvents: not a Kineto/Chrome trace"
     if not done:
         return _UNDECIDED
     if re.search(rb'"nodes"\s*:\s*\[', text) and b'"schema"' in text:
         return "a PyTorch execution trace (nodes), not a Kineto trace"
     return f"no traceEvents{'' if whole else ' in its first MiB'}: not a Kineto/Chrome trace"
-
-
-def _top_level(prefix: bytes) -> bool:
-    """The text before the key, closed with ``}``, is a JSON object: the key is the top level's."""
-    try:
-        return isinstance(json.loads(prefix.rstrip().rstrip(b",") + b"}"), dict)
-    except (ValueError, UnicodeDecodeError):
-        return False
 
 
 PIECE_BYTES = 64 << 10

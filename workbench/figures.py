@@ -347,7 +347,7 @@ def mfu_per_step(per_step: pd.DataFrame, title: str = "MFU per profiled step") -
     peak where that differs (an fp32/tf32 run looks better against its own dtype's peak).
 
     ``per_step``: Analysis.efficiency_json()["per_step"] as a frame (rank, step, step_ms, flops,
-    tflops_per_s, mfu_pct, mfu_bf16_pct).
+    tflops_per_s, mfu_pct, mfu_bf16_pct; hfu_pct where the run's MFU counts the model's FLOPs: dashed).
     """
     fig = go.Figure()
     for rank, g in per_step.groupby("rank", sort=True):
@@ -360,6 +360,10 @@ def mfu_per_step(per_step: pd.DataFrame, title: str = "MFU per profiled step") -
         if not np.allclose(g["mfu_bf16_pct"].astype(float), g["mfu_pct"].astype(float), equal_nan=True):
             fig.add_scatter(x=g["step"], y=g["mfu_bf16_pct"], mode="lines+markers", line_dash="dot", name=f"{tag} vs bf16 peak",
                             hovertemplate="step %{x}: %{y:.1f}% of the bf16 peak<extra>" + tag + "</extra>")
+        if "hfu_pct" in g and not np.allclose(g["hfu_pct"].astype(float), g["mfu_pct"].astype(float), equal_nan=True):
+            # the FLOPs the trace executed (recomputation counted): beside the model's MFU
+            fig.add_scatter(x=g["step"], y=g["hfu_pct"], mode="lines+markers", line_dash="dash", name=f"{tag} HFU",
+                            hovertemplate="step %{x}: HFU %{y:.1f}%<extra>" + tag + "</extra>")
     fig.update_layout(title=title, xaxis_title="profiled step", yaxis_title="MFU (%)", yaxis_rangemode="tozero",
                       height=320, margin=_MARGIN, legend_orientation="h", legend_y=-0.3)
     fig.update_xaxes(dtick=1)

@@ -26,7 +26,9 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from workbench.contract import MANIFEST
 from workbench.errors import WorkbenchError
+from workbench.manifest import read_manifest
 from workbench.load import read_trace
 
 MAX_UPLOAD_BYTES = 1 << 30  # what the browser sends (also .streamlit/config.toml maxUploadSize)
@@ -167,10 +169,15 @@ def _validate(path: Path, member: str) -> None:
     name = path.name
     if TRACE_NAME.match(name):
         _read_trace(path, member)
+    elif name == MANIFEST:
+        try:  # the reader every command uses: what it refuses here would be refused there
+            read_manifest(path.parent)
+        except WorkbenchError as e:
+            raise UploadError(f"zip member {member!r}: not JSON workbench reads as a manifest ({getattr(e, 'problem', e)})") from None
     elif JSON_NAME.match(name):
         try:
             doc = json.loads(path.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise UploadError(f"zip member {member!r}: not JSON ({e})") from None
         if not isinstance(doc, dict):
             raise UploadError(f"zip member {member!r}: not a JSON object")

@@ -48,8 +48,15 @@
         "classes": [{"class", "subclass", "kernels", "time_ms", "time_pct", "flops", "tflops_per_s",
                      "bytes", "gb_per_s", "bound", "pct_of_peak"}],   # every GPU kernel of all
                                         # ranks in one class (analysis.kernel_classes), largest first
-        "other_kernels": [{"name", "calls", "time_ms"}]   # kernels no class matched, by name
-      }
+        "other_kernels": [{"name", "calls", "time_ms"}],  # kernels no class matched, by name
+        "mfu_source": "model"|"trace",  # mfu_pct/mfu_bf16_pct: the model's FLOPs (analysis.model's
+                                        # convention) / (job step × peak of the GEMMs' dtype | bf16);
+                                        # "trace": the model could not be inferred, MFU = HFU
+        "hfu_pct", "hfu_bf16_pct",      # the trace's executed FLOPs (what mfu_* meant before)
+        "mfu_convention", "mfu_note", "model_flops_per_step"   # per_step rows gain hfu_pct, hfu_bf16_pct
+      },
+      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}}
+                                        # analysis.model.run_model: the model the traces show
     }
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
 Keys are only ever added to this schema, never renamed or removed.
@@ -67,9 +74,10 @@ import pandas as pd
 from workbench import reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
-from workbench.analysis.job import correct_breakdown, correction_note, job_steps
+from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
 from workbench.analysis.memory import GIB
+from workbench.analysis.model import CONVENTION, run_model, value
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
 from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
@@ -84,7 +92,7 @@ JSON_SCHEMA = "workbench.analyze/1"
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
-                  frames.INVENTORY, frames.EFFICIENCY)
+                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
 and the report's pages read the same)."""
 READS = unique((*ANALYSIS_READS, *RULE_READS))
@@ -104,6 +112,8 @@ class Analysis:
     step: analysis.job); the Timeline and "profiled steps" figures read this one."""
     job: pd.DataFrame | None = None
     """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
+    _model: dict | None = None
+    _efficiency: dict | None = None
 
     def job_scale(self) -> pd.Series:
         """rank → recorded step / job step (1.0 where the job's step is unknown or on CPU traces,
@@ -154,12 +164,25 @@ class Analysis:
             sk = rank_skew(self.breakdown)
             out["straggler_work_ratio"] = float(sk["work_ratio"].max())
         steady = steady_summary(ctx.steps, warmup=ctx.steps_warmup)
+        tps = None
         if not steady.empty:
             out["steady_step_ms"] = steady_step_ms(steady)
-            tps = tokens_per_s(steady)
-            if tps is not None:
-                out["tokens_per_s"] = tps
+            tps = tokens_per_s(steady)  # the script's own count (record_metrics) wins
+        if tps is None:
+            tps = model_tokens_per_s(self.model_json(), out.get("steady_step_ms") or out.get("step_ms"))
+        if tps is not None:
+            out["tokens_per_s"] = tps
+        eff = self.efficiency_json()
+        if eff:
+            out["mfu_pct"], out["hfu_pct"] = eff.get("mfu_pct"), eff.get("hfu_pct")
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+    def model_json(self) -> dict[str, Any]:
+        """The ``model`` JSON key: the model inferred from the traces (analysis.model.run_model)."""
+        if self._model is None:
+            ranks = self.per_rank_frames(frames.MODEL)
+            self._model = run_model(ranks, self.run.world_size)
+        return self._model
 
     def efficiency_frames(self) -> dict[int, Efficiency]:
         """analysis.kernel_classes.efficiency of every rank (FLOPs, MFU per step, kernel classes)."""
@@ -167,6 +190,11 @@ class Analysis:
 
     def efficiency_json(self) -> dict[str, Any] | None:
         """The ``efficiency`` JSON key (see the module docstring); None when no FLOPs were counted."""
+        if self._efficiency is None:
+            self._efficiency = self._efficiency_json() or {}
+        return self._efficiency or None
+
+    def _efficiency_json(self) -> dict[str, Any] | None:
         frames = self.efficiency_frames()
         scale = self.job_scale()
         steps = [_per_step_of_job(e.per_step, scale.get(r, 1.0)).assign(rank=r) for r, e in frames.items() if not e.per_step.empty]
@@ -182,15 +210,29 @@ class Analysis:
         kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty] or [pd.DataFrame()], ignore_index=True)
         classes = class_breakdown(kernels, self.run.device_name) if not kernels.empty else pd.DataFrame()
         peak = device_peak(self.run.device_name) if not kernels.empty else None  # a CPU trace: no GPU peak
+        # HFU: the FLOPs the trace executed (recomputation included, causal attention halved)
+        steps = steps.rename(columns={"mfu_pct": "hfu_pct", "mfu_bf16_pct": "hfu_bf16_pct"})
+        hfu = num(steps["hfu_pct"].mean()) if steps["hfu_pct"].notna().any() else None
+        hfu_bf16 = num(steps["hfu_bf16_pct"].mean()) if steps["hfu_bf16_pct"].notna().any() else None
+        mfu = model_mfu(self.model_json(), steps, peak, self.run.world_size)
         return {
             "flops_per_step": num(steps["flops"].mean()),
             "achieved_tflops": num(steps["tflops_per_s"].mean()),
-            "mfu_pct": num(steps["mfu_pct"].mean()) if steps["mfu_pct"].notna().any() else None,
-            "mfu_bf16_pct": num(steps["mfu_bf16_pct"].mean()) if steps["mfu_bf16_pct"].notna().any() else None,
+            "mfu_pct": mfu["mfu_pct"] if mfu else hfu,
+            "mfu_bf16_pct": mfu["mfu_bf16_pct"] if mfu else hfu_bf16,
+            "hfu_pct": hfu,
+            "hfu_bf16_pct": hfu_bf16,
+            "mfu_source": "model" if mfu else "trace",
+            "mfu_convention": CONVENTION if mfu else "the trace's executed FLOPs (HFU): " + _no_model(self.model_json()),
+            "model_flops_per_step": mfu["model_flops_per_step"] if mfu else None,
+            "mfu_note": mfu_note(self.model_json(), mfu["mfu_pct"] if mfu else None, hfu,
+                                 mfu["mfu_bf16_pct"] if mfu else None, hfu_bf16,
+                                 {str(d): 100.0 * f / by_dtype.sum() for d, f in by_dtype.items()}),
             "dtype_flops_pct": {str(d): round(100.0 * f / by_dtype.sum(), 2) for d, f in by_dtype.items()},
             "peak": {"tflops": dict(peak.tflops), "hbm_tb_s": peak.hbm_tb_s, "source": peak.source} if peak else None,
             "per_step": [{k: (int(v) if k in ("rank", "step") else num(v)) for k, v in row.items()}
-                         for row in steps[["rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct", "mfu_bf16_pct"]].to_dict("records")],
+                         for row in _per_step_mfu(steps, mfu)[["rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct",
+                                                               "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct"]].to_dict("records")],
             "classes": [{k: (num(v) if isinstance(v, (float, np.floating)) else (int(v) if isinstance(v, (int, np.integer)) else v))
                          for k, v in row.items()} for row in classes.to_dict("records")],
             "other_kernels": [{"name": str(r["name"]), "calls": int(r["calls"]), "time_ms": num(r["time_ms"])}
@@ -227,8 +269,8 @@ class Analysis:
         covered = "profiled steps (no unprofiled steps in the steps CSVs)"
         if not job.empty and "job" in self.breakdown and self.breakdown["job"].any():
             first, last = int(job["first_step"].min()), int(job["last_step"].max())
-            clock = "GPU" if (job["clock"] == "gpu").any() else "host"
-            covered = f"the job: unprofiled steps {first}–{last} (mean, {clock} clock); device time from profiled steps"
+            kind = "steps" if set(job["clock"]) == {"trace"} else "unprofiled steps"
+            covered = f"the job: {kind} {first}–{last} (mean, {clock_words(job)}); device time from profiled steps"
         return {
             "trace_step_ms": round(float(tb["step_ms"].mean()), 3) if not tb.empty else None,
             "steps_covered": covered,
@@ -258,7 +300,8 @@ class Analysis:
         rest = sorted(((v, c) for c, v in pct.items() if c != "compute" and v >= 1.0), reverse=True)
         parts = [f"compute {busy:.0f}% of the step"] + [f"{c} {v:.0f}%" for v, c in rest]
         if mfu is not None:
-            parts.append(f"MFU {mfu.evidence['mfu_pct']:.0f}% vs {mfu.evidence['ceiling_pct']:.0f}% this GPU reaches on "
+            # low_mfu's figure counts the executed FLOPs (HFU), as the GEMMs' ceiling does
+            parts.append(f"HFU {mfu.evidence['mfu_pct']:.0f}% vs {mfu.evidence['ceiling_pct']:.0f}% this GPU reaches on "
                          f"these GEMMs")
         small = [d.id for d in self.diagnoses if d.id != "low_mfu"]
         return "no single bottleneck: " + ", ".join(parts) + (f" (minor: {', '.join(small)})" if small else "")
@@ -304,6 +347,7 @@ class Analysis:
             ],
             "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
             "efficiency": self.efficiency_json(),
+            "model": self.model_json(),
         }
 
 
@@ -337,6 +381,9 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     # issue 16: the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
     job = job_steps(steps, warmup)
     gpu = any(rf.has_gpu for rf in ranks.values())
+    if gpu:  # a host-timed job step shorter than the GPU's work: the host ran ahead
+        job, notes = device_bound_job(job, recorded, steps, warmup)
+        run.warnings.extend(notes)
     breakdown = correct_breakdown(recorded, job, gpu)
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
@@ -357,3 +404,94 @@ def _per_step_of_job(per_step: pd.DataFrame, scale: float) -> pd.DataFrame:
         if c in out:
             out[c] = out[c] * scale
     return out
+
+
+MFU_NOTE_PCT = 5.0
+"""MFU and HFU more than 5 % apart get one line saying why (two runs of one configuration differ by
+a few per cent: compare.NOISE_PCT)."""
+
+
+def model_flops_per_device_step(model: dict, world_size: int | None) -> float | None:
+    """The convention's FLOPs of one optimizer step on one device: model_flops_per_token ×
+    global_tokens_per_step / world size (every device of the job shares the step's work)."""
+    fpt, tokens = value(model, "model_flops_per_token"), value(model, "global_tokens_per_step")
+    world = (value(model, "layout") or {}).get("world_size") or world_size or 1
+    if not fpt or not tokens:
+        return None
+    return float(fpt) * float(tokens) / float(world)
+
+
+def model_mfu(model: dict, steps: pd.DataFrame, peak, world_size: int | None) -> dict[str, float] | None:
+    """Model-FLOPs MFU of the job's step (``steps``: the efficiency rows against the job's step):
+    the convention's FLOPs per device and step / (step time × the device's dense peak for the
+    GEMMs' dtype), and against the bf16 peak; None without the model or a peak."""
+    flops = model_flops_per_device_step(model, world_size)
+    if flops is None or peak is None or steps.empty:
+        return None
+    dtype = value(model, "dtype") or "bf16"
+    p, p16 = peak.tflops.get(dtype), peak.tflops.get("bf16")
+    secs = float(steps["step_ms"].mean()) / 1e3
+    if not p or secs <= 0:
+        return None
+    return {"model_flops_per_step": round(flops, 1), "mfu_pct": round(100.0 * flops / secs / (p * 1e12), 4),
+            "mfu_bf16_pct": round(100.0 * flops / secs / (p16 * 1e12), 4) if p16 else None, "dtype": dtype, "flops": flops,
+            "peak": p, "peak_bf16": p16}
+
+
+def _per_step_mfu(steps: pd.DataFrame, mfu: dict | None) -> pd.DataFrame:
+    out = steps.copy()
+    if mfu is None:
+        out["mfu_pct"], out["mfu_bf16_pct"] = out["hfu_pct"], out["hfu_bf16_pct"]
+        return out
+    secs = out["step_ms"] / 1e3
+    out["mfu_pct"] = 100.0 * mfu["flops"] / secs / (mfu["peak"] * 1e12)
+    out["mfu_bf16_pct"] = 100.0 * mfu["flops"] / secs / (mfu["peak_bf16"] * 1e12) if mfu["peak_bf16"] else None
+    return out
+
+
+def _no_model(model: dict) -> str:
+    kind = (model or {}).get("kind")
+    if kind is None:
+        return "the model could not be inferred from the trace (no shapes or no step)"
+    if kind != "transformer":
+        return f"a {kind} has no per-token model FLOPs"
+    missing = [k for k in ("params_non_embedding", "layers", "heads", "head_dim", "seq", "global_tokens_per_step")
+               if value(model, k) is None]
+    return f"the model's {', '.join(missing) or 'FLOPs'} could not be inferred"
+
+
+def mfu_note(model: dict, mfu: float | None, hfu: float | None, mfu16: float | None = None,
+             hfu16: float | None = None, dtype_pct: dict[str, float] | None = None) -> str | None:
+    """One line when MFU and HFU are more than :data:`MFU_NOTE_PCT` apart (or when MFU fell back
+    to the trace's FLOPs), saying why. FLOPs are compared against one peak (bf16's where there is
+    one), so the line names a difference of FLOPs; HFU's per-dtype peaks are a reason of their own."""
+    if mfu is None:
+        return ("MFU is the trace's executed FLOPs (HFU): " + _no_model(model)) if hfu is not None else None
+    a, b = (mfu16, hfu16) if mfu16 is not None and hfu16 is not None else (mfu, hfu)
+    if hfu is None or not mfu or abs(hfu / mfu - 1) * 100 <= MFU_NOTE_PCT:
+        return None
+    why = []
+    if b is not None and a and abs(b / a - 1) * 100 > MFU_NOTE_PCT:
+        why.append(f"the trace executed {b / a:.2f}× the convention's FLOPs")
+    mixed = {d: p for d, p in (dtype_pct or {}).items() if p >= 1.0}
+    if len(mixed) > 1:
+        why.append("HFU holds each dtype's FLOPs to that dtype's peak (" + ", ".join(f"{d} {p:.0f}%" for d, p in mixed.items())
+                   + "), MFU all of them to the GEMMs' dtype's")
+    rec, frac = value(model, "recompute"), value(model, "recompute_fraction")
+    if rec and rec != "none":
+        why.append(f"{rec} recomputation re-ran {frac:.0%} of the forward's FLOPs (counted in HFU, not in MFU)")
+    if (model or {}).get("causal_attention_pct"):
+        why.append(f"the executed count halves causal attention ({model['causal_attention_pct']:.0f}% of its FLOPs), "
+                   "the convention counts it in full")
+    if len(why) == (len(mixed) > 1):
+        why.append("the executed count differs from the convention's 6·N + 12·L·h·s (attention backward at 2.5×, "
+                   "biases, the head's and embedding's work)")
+    return f"HFU {hfu:.1f}% vs MFU {mfu:.1f}%: " + "; ".join(why)
+
+
+def model_tokens_per_s(model: dict, step_ms: float | None) -> float | None:
+    """The job's tokens per second from the inferred model: global tokens per step / the job's step."""
+    tokens = value(model, "global_tokens_per_step")
+    if not tokens or not step_ms:
+        return None
+    return float(tokens) / (float(step_ms) / 1e3)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.test_reduce import same
-from workbench.cache import cache_dir
+from workbench.cache import _digest, cache_dir
 from workbench.verdict import READS, analyze_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +42,15 @@ def cached(tmp_path_factory):
     return out
 
 
-def _edit(path: Path, index: str, fn) -> None:
+def _edit(path: Path, index: str, fn, sign: bool = True) -> None:
+    """Apply ``fn`` to every rank's index entry. ``sign``: store the edited body's digest too, as a
+    writer of another layout would, so that what is checked behind the digest (each frame reads
+    back as its type) is what the test reaches; unsigned, the digest alone refuses the edit."""
     doc = json.loads(index)
     for r in doc["ranks"]:
         fn(r)
+    if sign:
+        doc["digest"] = _digest({k: doc[k] for k in ("tables", "ranks")})
     (cache_dir(path) / "index.json").write_text(json.dumps(doc))
     (cache_dir(path) / "analysis.json").unlink(missing_ok=True)
 
@@ -127,3 +132,47 @@ def test_a_frame_the_summaries_lack_is_computed_from_the_trace(cached):
         del rf._values[f.name]  # as if the summaries lacked them
     assert list(rf.summary(SAVED_OPTIMIZER)) == list(kept)  # a tuple fresh, a list from the JSON cache
     assert sorted(a.context.missed) == [("saved:unfused_optimizer", 0), ("test:kernel_count", 0)]
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_an_index_edited_by_hand_is_recomputed(cached, kind, capsys):
+    """A rank renamed in index.json (1 → 7, or 0 → 7 on a one-rank run) without its digest: the
+    cache is not served, the analysis is the fresh one, with one note."""
+    path, index, want = cached[kind]
+    last = json.loads(index)["ranks"][-1]["path"]
+    _edit(path, index, lambda r: r.update(rank=7) if r["path"] == last else None, sign=False)
+    got = _j(analyze_run(path, workers=1).to_json())
+    same(want, got)
+    assert 7 not in [r["rank"] for r in got["summary"]["per_rank"]]
+    assert "does not match its digest" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_a_signed_index_whose_ranks_disagree_with_the_traces_is_recomputed(cached, kind, capsys):
+    """Signed, but rank 7 where the trace's distributedInfo (or its world size) says otherwise."""
+    path, index, want = cached[kind]
+    last = json.loads(index)["ranks"][-1]["path"]
+    _edit(path, index, lambda r: r.update(rank=7) if r["path"] == last else None)
+    same(want, _j(analyze_run(path, workers=1).to_json()))
+    assert "rank 7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body", [{}, "x", {"json_schema": "workbench.analyze/1", "run": {}, "diagnoses": []}],
+                         ids=["empty", "text", "no_summary"])
+def test_a_signed_result_that_is_no_analysis_is_not_served(cached, body, capsys):
+    """The cached --json document under the right key and with its digest, but not an analysis:
+    not served (a body of {} printed {} with exit 0), with one note."""
+    from workbench.cache import RESULT, cached_result
+
+    path, _, want = cached["cpu"]
+    analyze_run(path, workers=1)  # the summaries' cache, for write_result
+    from workbench.console import analysis_doc
+
+    analysis_doc(path)  # writes analysis.json
+    f = cache_dir(path) / RESULT
+    doc = json.loads(f.read_text())
+    assert cached_result(path) == doc["analysis"]
+    f.write_text(json.dumps({"key": doc["key"], "digest": _digest(body), "analysis": body}))
+    capsys.readouterr()
+    assert cached_result(path) is None
+    assert "not a workbench.analyze/1 document" in capsys.readouterr().err

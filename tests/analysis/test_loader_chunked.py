@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import workbench.load.trace as trace_mod
-from workbench.kineto import COMM_NAME, GPU_CATS, LAUNCH_CATS, SHAPE_OP
+from workbench.kineto import COMM_NAME, GPU_CATS, LAUNCH_CATS, MODEL_OP, SHAPE_OP
 from workbench.load.columns import (COMM_COLUMNS, DECODER, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _SHAPE_DECODER,
                                     _comm_row)
 from workbench.load.trace import read_bytes, read_trace
@@ -50,7 +50,7 @@ def reference(path: Path) -> dict:
             corr[i] = _ARGS_DECODER.decode(e.args).get("correlation", -1)
     op_args = np.full(len(complete), None, dtype=object)
     for i, e in enumerate(complete):
-        if e.cat == "cpu_op" and e.args and SHAPE_OP.match(e.name):
+        if e.cat == "cpu_op" and e.args and (SHAPE_OP.match(e.name) or MODEL_OP.match(e.name)):
             op_args[i] = _SHAPE_DECODER.decode(e.args)
     ev = pd.DataFrame({
         "name": pd.Categorical([e.name for e in complete]), "cat": pd.Categorical([e.cat for e in complete]),

@@ -38,6 +38,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from workbench import kineto
+from workbench.analysis.intervals import str_mask
 from workbench.load.trace import Trace
 
 OP_COLUMNS = ["ts_us", "dur_us", "tid", "name", "kind", "dtype", "flops", "causal", "step"]
@@ -188,7 +190,10 @@ def op_flops(trace: Trace, windows: pd.DataFrame | None = None) -> pd.DataFrame:
     ev = trace.events
     if "op_args" not in ev:
         return pd.DataFrame(columns=OP_COLUMNS)
-    rows = np.flatnonzero(ev["op_args"].notna().to_numpy())
+    # op_args also holds the model-describing ops (kineto.MODEL_OP: embeddings, AccumulateGrad):
+    # not counted, and they must not hide a counted op nested in them from the outermost rule
+    counted = str_mask(ev["name"], lambda c: c.str.match(kineto.SHAPE_OP.pattern))
+    rows = np.flatnonzero(ev["op_args"].notna().to_numpy() & counted)
     if not len(rows):
         return pd.DataFrame(columns=OP_COLUMNS)
     df = pd.DataFrame({"ts_us": ev["ts_us"].to_numpy()[rows], "dur_us": ev["dur_us"].to_numpy()[rows],

@@ -27,6 +27,8 @@ Frame name → function → columns (see each function's docstring):
 ``inventory``       analysis.comm.collective_inventory         INVENTORY_COLUMNS
 ``memory_summary``  analysis.memory.memory_summary             dict
 ``efficiency``      analysis.kernel_classes.efficiency         Efficiency (compacted)
+``gemm_calls``      frames._gemm_calls                         GEMM_CALL_COLUMNS
+``model``           analysis.model.rank_model                  dict (kind, fields, evidence)
 ==================  =========================================  ==============================
 """
 
@@ -43,6 +45,7 @@ from workbench.analysis.comm import collective_calls, collective_inventory, comm
 from workbench.analysis.kernel_classes import Efficiency, compact, efficiency
 from workbench.analysis.kernels import device_busy
 from workbench.analysis.memory import memory_summary
+from workbench.analysis.model import rank_model
 from workbench.analysis.steps import step_breakdown, step_windows
 from workbench.load.trace import Trace, read_trace
 
@@ -175,6 +178,8 @@ class RankSummary:
     """Frame name → its summary value, for this rank."""
     clock_offset_us: float = 0.0
     clock_source: str = "none"
+    notes: list[str] = field(default_factory=list)
+    """Trace.notes: what the loader set right in this trace."""
 
     @classmethod
     def of(cls, trace: Trace, rank: int, frames: dict[str, Any]) -> RankSummary:
@@ -182,7 +187,7 @@ class RankSummary:
         return cls(path=Path(trace.path), rank=rank, world_size=trace.world_size, distributed=trace.distributed,
                    devices=trace.devices, base_time_ns=trace.base_time_ns, first_step=trace.first_step,
                    start_s=start_s, end_s=end_s, n_events=trace.n_events, has_gpu=trace.has_gpu, frames=frames,
-                   clock_offset_us=trace.clock_offset_us, clock_source=trace.clock_source)
+                   clock_offset_us=trace.clock_offset_us, clock_source=trace.clock_source, notes=list(trace.notes))
 
     @property
     def span_s(self) -> tuple[float | None, float | None]:
@@ -242,6 +247,27 @@ def _efficiency(rf: RankFrames) -> Efficiency:
     return efficiency(rf.trace, rf.device_name(), rf[WINDOWS])
 
 
+GEMM_CALL_COLUMNS = ["flops", "seconds"]
+
+
+def _gemm_calls(rf: RankFrames) -> pd.DataFrame:
+    """Each matmul op's FLOPs and its kernels' time (GPU traces; empty on CPU): what the planner's
+    calibration measures GEMM efficiency by size on (workbench.plan.calibrate), declared here so
+    it is computed next to the trace and cached like every other frame."""
+    k = rf[EFFICIENCY].kernels
+    if k.empty or "op" not in k:
+        return pd.DataFrame(columns=GEMM_CALL_COLUMNS)
+    g = k[k["class"].isin(("gemm_tensor_core", "gemm_simt")) & (k["op"] >= 0)]
+    per = g.groupby("op").agg(flops=("flops", "sum"), us=("dur_us", "sum"))
+    per = per[(per["flops"] > 0) & (per["us"] > 0)]
+    return pd.DataFrame({"flops": per["flops"].to_numpy(float), "seconds": per["us"].to_numpy(float) * 1e-6})
+
+
+def _model(rf: RankFrames) -> dict:
+    # the counted ops that ran (on GPU traces: launched kernels), with the dtype they ran in
+    return rank_model(rf.trace, rf[WINDOWS], rf[EFFICIENCY].ops)
+
+
 WINDOWS = Frame("windows", _windows)
 BREAKDOWN = Frame("breakdown", _breakdown)
 DEVICE_BUSY = Frame("device_busy", _device_busy)
@@ -250,6 +276,8 @@ COLLECTIVE_CALLS = Frame("collective_calls", _collective_calls)
 INVENTORY = Frame("inventory", _inventory)
 MEMORY_SUMMARY = Frame("memory_summary", _memory_summary, returns=dict)
 EFFICIENCY = Frame("efficiency", _efficiency, returns=Efficiency, compact=compact)
+MODEL = Frame("model", _model, returns=dict)
+GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
 
-FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY)
+FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS)
 """The analysis layer's frames (rules add their own: ``workbench.diagnose.FRAMES``)."""

@@ -59,6 +59,67 @@ def job_steps(steps: Mapping[int, pd.DataFrame | None] | None, warmup: int | Non
     return steady_summary(steps, min_steps=JOB_MIN_STEPS, warmup=warmup)
 
 
+SYNC_RATIO = 2.0
+"""A host-timed step this many times the median of the rank's steady steps is taken for a sync:
+the host waited there for the GPU to catch up with what it had queued."""
+CLOCK_WORDS = {"gpu": "GPU clock", "host": "host clock", "sync": "host clock, sync to sync", "trace": "the trace's GPU clock"}
+"""How each value of a job row's ``clock`` is said in titles and notes."""
+
+
+def device_bound_job(job: pd.DataFrame, recorded: pd.DataFrame, steps: Mapping[int, pd.DataFrame | None] | None,
+                     warmup: int | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """``job`` (:func:`job_steps`) where no rank's host-timed step is shorter than the work the
+    trace saw its GPU do, and one note per rank corrected.
+
+    A host that runs ahead of the GPU (CUDA graphs, a loop with no sync per step) finishes its
+    part of a step long before the GPU does, so where the steps CSV has no ``gpu_step_ms`` its
+    mean says the job steps faster than its device can work: a GPU busy 4.5 ms per recorded step
+    (kernels and copies, which the profiler does not slow) cannot run a 1.5 ms step. Where the
+    recorded steps' device time (:data:`DEVICE_CATEGORIES`) passes the job's host-timed step by
+    more than :data:`MISMATCH`, the job's step becomes, per rank:
+
+    - **sync to sync** (``clock`` ``sync``): when the steady steps hold at least two syncs (host
+      steps over :data:`SYNC_RATIO` × their median, where the host waited for the GPU), the mean
+      of the steps after the first sync up to and including the last: whole periods of the GPU's
+      pace, where the steps after the last sync were queued but never waited for;
+    - else **the trace** (``clock`` ``trace``): the mean of the recorded steps on the GPU's clock
+      (analysis.steps.step_windows), which the profiler's host cost does not stretch when the host
+      is ahead anyway.
+    """
+    if job.empty or recorded.empty:
+        return job, []
+    from workbench.analysis.throughput import step_time_ms, steady_steps
+
+    out, notes = job.copy(), []
+    for i, row in job.iterrows():
+        r = int(row["rank"])
+        rows = recorded[recorded["rank"] == r]
+        if row["clock"] != "host" or rows.empty:
+            continue
+        dev = float(sum(rows[f"{c}_ms"] for c in DEVICE_CATEGORIES).mean())
+        host = float(row["step_ms"])
+        if not dev > host * (1 + MISMATCH):
+            continue
+        df = (steps or {}).get(r)
+        t = step_time_ms(df, warmup).loc[steady_steps(df, warmup).index].dropna() if df is not None else pd.Series(dtype=float)
+        sync = np.flatnonzero(t.to_numpy() > SYNC_RATIO * float(t.median())) if len(t) else np.empty(0, int)
+        window = t.iloc[sync[0] + 1: sync[-1] + 1] if len(sync) >= 2 else t.iloc[:0]
+        if len(window) and float(window.mean()) >= dev * (1 - MISMATCH):
+            new, clock, n = float(window.mean()), "sync", len(window)
+            first, last = int(df.loc[window.index, "step"].min()), int(df.loc[window.index, "step"].max())
+            how = f"the mean of {n} steps from sync to sync (steps {first}–{last}: {len(sync)} syncs)"
+        else:
+            new, clock, n = float(rows["step_ms"].mean()), "trace", len(rows)
+            first, last = int(rows["step"].min()), int(rows["step"].max())
+            how = (f"the recorded steps on the trace's GPU clock ({n} steps; "
+                   f"{'no sync' if len(sync) < 2 else 'syncs'} among the unprofiled steps{'' if len(sync) < 2 else ' do not keep the GPU pace'})")
+        out.loc[i, ["step_ms", "median_step_ms", "clock"]] = [new, float(window.median()) if clock == "sync" else float(rows["step_ms"].median()), clock]
+        out.loc[i, ["steps", "first_step", "last_step"]] = [n, first, last]
+        notes.append(f"rank {r}: the host's unprofiled steps average {host:.1f} ms but its GPU works {dev:.1f} ms per recorded "
+                     f"step: the host ran ahead of the GPU (no sync each step), so the job's step is {new:.1f} ms, {how}")
+    return out, notes
+
+
 def correct_breakdown(breakdown: pd.DataFrame, job: pd.DataFrame, gpu: bool) -> pd.DataFrame:
     """The breakdown's rows (analysis.steps.BREAKDOWN_COLUMNS) against each rank's job step (see
     the module docstring). One factor per rank, so the recorded steps keep their pattern (a loader
@@ -112,6 +173,17 @@ def correction_note(breakdown: pd.DataFrame, job: pd.DataFrame) -> str | None:
     if j <= 0 or abs(rec / j - 1) <= MISMATCH:
         return None
     n = int(job["steps"].sum())
-    clock = "GPU" if (job["clock"] == "gpu").any() else "host"
-    return (f"the profiled steps took {rec:.1f} ms, the job's {j:.1f} ms (mean of {n} unprofiled steps, {clock} clock; "
+    clock = clock_words(job)
+    kind = "recorded" if set(job["clock"]) == {"trace"} else "unprofiled"
+    return (f"the profiled steps took {rec:.1f} ms, the job's {j:.1f} ms (mean of {n} {kind} steps, {clock}; "
             f"{rec / j:.2f}×): shares and estimates are of the job's step, device time from the trace")
+
+
+def clock_words(job: pd.DataFrame) -> str:
+    """Which clock the job's step was read on, in words (:data:`CLOCK_WORDS`; the first rank's
+    kind when ranks differ, GPU-clock ranks first)."""
+    kinds = list(job["clock"])
+    for k in ("gpu", "sync", "trace", "host"):
+        if k in kinds:
+            return CLOCK_WORDS[k]
+    return CLOCK_WORDS["host"]

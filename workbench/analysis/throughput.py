@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.overhead import STEADY_FIRST_STEP, phases, row_times, steady_mask
+from workbench.overhead import phases, row_times, steady_mask
 
 SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_ms", "median_step_ms", "data_wait_ms", "tokens",
                    "clock"]

@@ -431,7 +431,10 @@ def low_mfu(ctx: Context) -> Diagnosis | None:
         if gemm.empty:
             continue
         top = gemm.sort_values("time_ms", ascending=False).iloc[0]
-        # MFU of the job's step (issue 16): the recorded steps' FLOPs over the job's step time
+        # The trace's executed FLOPs (HFU: recomputation counted, causal attention halved) over
+        # the job's step, not the model-FLOPs MFU of --json: the ceiling it is held to is the rate
+        # the GEMMs executed at, so both sides must count the same (executed) work; a recomputing
+        # job's GEMMs are not slower for doing more of them.
         mfu, ceiling = float(ps["mfu_pct"].mean()) * ctx.to_job(r), float(top["pct_of_peak"])
         b = ctx.breakdown[ctx.breakdown["rank"] == r]
         busy = 1 - float((b["host_ms"] + b["idle_ms"] + b["dataloader_ms"]).mean()) / step_ms if step_ms > 0 else 1.0

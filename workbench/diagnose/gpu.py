@@ -67,7 +67,9 @@ def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
     rid = "host_bound" if host_bound else "low_gpu_utilization"
     severity = "critical" if busy_pct < BUSY_CRITICAL_PCT else "warning"
     n_steps = sum(len(d) for d in busy.values())
-    med = float(np.nanmedian(np.concatenate([d["median_kernel_us"].to_numpy(float) for d in busy.values()])))
+    meds = np.concatenate([d["median_kernel_us"].to_numpy(float) for d in busy.values()])
+    meds = meds[np.isfinite(meds)]  # steps without kernels have none (nanmedian of nothing warns)
+    med = float(np.median(meds)) if len(meds) else float("nan")
     rec = ("the host cannot launch kernels fast enough: fuse small ops (torch.compile), capture the step in a "
            "CUDA graph, raise the batch size so each kernel does more work" if host_bound else
            "the GPU waits on the host between kernels: move Python work out of the step, overlap it "

@@ -4,7 +4,8 @@ msgspec decodes events into typed structs that keep 7 fields and leave ``args`` 
 :class:`Columns` folds each batch of structs into compact arrays (float64 times, int32 codes
 for names, categories and threads) and decodes ``args`` only for the few events analysis reads
 (GPU kernels' stream and bytes, memory samples, collectives, thread names, and the shapes of
-the operators whose FLOPs are counted, see ``kineto.SHAPE_OP``). The loader feeds it
+the operators whose FLOPs are counted, see ``kineto.SHAPE_OP``, and the few that describe
+the model, ``kineto.MODEL_OP``). The loader feeds it
 one slice of ~50k events at a time and drops the slice, so a 500k-event trace never exists as
 500k Python objects at once (that, not the JSON text, is what made a whole-file decode peak at
 ~640 MiB on a 153 MB trace). The whole-file fallback feeds it all events in one batch; either way
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from itertools import islice
 from typing import Annotated, Any
 
 import msgspec
@@ -117,6 +119,12 @@ def _codes(values, table: dict[str, int]) -> list[int]:
     return [table.setdefault(v, len(table)) for v in values]
 
 
+def _newest(table: dict[str, int], n: int) -> list[str]:
+    """The last ``n`` keys of ``table`` in insertion order, in O(n): ``list(table)[k:]`` per slice
+    was quadratic in the distinct names (a trace of unique names never finished)."""
+    return list(islice(reversed(table), n))[::-1] if n > 0 else []
+
+
 def _categorical(codes: array, table: dict[str, int]) -> pd.Categorical:
     """Codes in first-seen order → a Categorical with sorted categories, as pd.Categorical(values)
     would infer them (same categories, same dtype), without materialising one str per event."""
@@ -190,13 +198,14 @@ class Columns:
                     self.corr_val.append(c)
         # the COMM_NAME regex runs once per distinct name, not once per event
         flags = self.is_comm_name
-        flags.extend(bool(kineto.COMM_NAME.match(n)) for n in list(self.names)[len(flags):])
+        flags.extend(bool(kineto.COMM_NAME.match(n)) for n in _newest(self.names, len(self.names) - len(flags)))
         flags_np = np.array(flags, dtype=bool)
         codes = np.array(names, dtype=np.int64)
         for i in np.flatnonzero(flags_np[codes]):
             self.comm_rows.append(_comm_row(complete[i]))
         shape = self.is_shape_name
-        shape.extend(bool(kineto.SHAPE_OP.match(n)) for n in list(self.names)[len(shape):])
+        shape.extend(bool(kineto.SHAPE_OP.match(n) or kineto.MODEL_OP.match(n))
+                     for n in _newest(self.names, len(self.names) - len(shape)))
         for i in np.flatnonzero(np.array(shape, dtype=bool)[codes]):
             e = complete[i]
             if e.cat == kineto.CPU_OP and e.args:

@@ -12,7 +12,6 @@ the same rank, or time) are set aside with a warning: :mod:`workbench.load.jobs`
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from workbench import contract, devices, discover
+from workbench import manifest as manifest_file
 from workbench.kineto import RANK_FILE, trace_files
 from workbench.errors import TraceError, WorkbenchError
 from workbench.load import jobs
@@ -108,19 +108,8 @@ class Run:
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    f = Path(path) / contract.MANIFEST
-    if not f.exists():
-        return {}
-    try:
-        m = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceError(f, f"invalid JSON ({e})") from None
-    if not isinstance(m, dict):
-        raise TraceError(f, "not a JSON object")
-    version = m.get("schema_version")
-    if version is not None and int(version) > contract.SCHEMA_VERSION:
-        raise TraceError(f, f"schema_version {version} is newer than this workbench ({contract.SCHEMA_VERSION}); upgrade workbench")
-    return m
+    """The run's manifest, checked (:func:`workbench.manifest.read`; its warnings dropped)."""
+    return manifest_file.read_manifest(path)
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
@@ -169,13 +158,13 @@ def locate(path: Path | str) -> tuple[Run, list[Path]]:
         raise WorkbenchError(f"no such run: {path}")
     if path.is_file():
         return Run(path=path.parent, manifest={}, ranks={}), [path]
-    manifest = read_manifest(path)
+    manifest, manifest_notes = manifest_file.read(path)
     found = discover.find(path)
     if not found.taken and not manifest:
         skipped = f" ({found.skipped_text()})" if found.skipped else ""
         raise WorkbenchError(f"{path}: no manifest.json and no trace files (*.json[.gz] holding traceEvents){skipped}; "
                              "is this a run directory?")
-    run = Run(path=path, manifest=manifest, ranks={})
+    run = Run(path=path, manifest=manifest, ranks={}, warnings=manifest_notes)
     if note := found.note():
         run.warnings.append(note)
     return run, found.taken
@@ -222,6 +211,8 @@ def notes(run: Run) -> list[str]:
     step markers, analysed whole."""
     out = []
     info = run.rank_info
+    for t in info.values():
+        out += [f"{Path(t.path).name}: {n}" for n in getattr(t, "notes", ())]
     if run.has_gpu:
         props = next((t.devices[0] for t in info.values() if t.devices), None)
         if line := devices.describe(run.manifest.get("device_name"), props):

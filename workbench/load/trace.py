@@ -47,9 +47,11 @@ import pandas as pd
 from workbench.devices import labelled
 from workbench.errors import TraceError
 from workbench import kineto
+from workbench.jsonscan import TOO_DEEP, object_prefix
+from workbench.load.sanity import clean_events
 from workbench.load.columns import DECODER, EVENTS_DECODER, Columns, _Trace, as_int, as_name
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "device_properties", "distributed_info", "iter_text",
+__all__ = ["MAX_EVENTS", "MAX_TRACE_BYTES", "Trace", "device_properties", "distributed_info", "iter_text",
            "read_bytes", "read_trace"]
 
 MAX_TRACE_BYTES = 8 << 30  # a decompressed trace over 8 GiB is refused rather than swapping
@@ -60,13 +62,28 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # Candidate boundaries between two events: "}" "," "{" with JSON whitespace between. Kineto's
 # layout gives "},\n  {", json.dumps "}, {" or "},{"; the same bytes may also occur inside a
 # nested array of objects or a string, which a failed slice decode exposes (see _decode_slice).
-_BOUNDARY = re.compile(rb"}[ \t\r\n]*,[ \t\r\n]*{")
+# The whitespace is bounded: unbounded, a run of megabytes after a "}" cost a full scan and
+# backtrack per search (60 MiB of padding took 7 s); no writer indents by more than this.
+SEP_SPACE = 256
+_BOUNDARY = re.compile(rb"}[ \t\r\n]{0,%d},[ \t\r\n]{0,%d}{" % (SEP_SPACE, SEP_SPACE))
 # Separator occurrences tried per cut before giving up to the whole-file path. Each failed try
 # costs one decode of the slice; real traces hold no "},{" inside args (measured: no failed cut on
 # the 43 committed traces under traces/, Kineto layout and minified, at 64 KB slices), so this
 # only bounds the cost of adversarial or corrupt text.
 MAX_SEP_TRIES = 8
 HEAD_LIMIT = 1 << 20  # Kineto's header (device properties, distributedInfo) is a few KB
+# Text that cannot be cut into slices is decoded whole, which holds the text, a copy and every
+# event's struct at once (~4x the text: 640 MiB for a 153 MB trace). Up to this size that is the
+# price of an odd layout; beyond it the file is refused, so that no input buffers without bound.
+WHOLE_MAX_BYTES = 256 << 20
+# Events a trace may hold. The tables and the analysis cost ~150 bytes per event beyond the text
+# (measured: BENCHMARKS.md), so this bounds a worker near 3 GB; the largest real traces measured
+# hold 1.5-3.6M events. Counted as slices decode, so a trace of tens of millions of tiny events
+# is refused within seconds, before its tables exist. WORKBENCH_MAX_EVENTS overrides it.
+MAX_EVENTS = 20_000_000
+# Distinct event names, categories and threads: real traces hold a few thousand (tens of thousands
+# with stacks); each costs a dict entry and a str, so a trace of unique names is bounded here.
+MAX_NAMES = 1_000_000
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -93,6 +110,9 @@ class Trace:
     Unix time in µs; otherwise it is the reference rank's trace clock."""
     clock_source: str = "none"
     """How ``clock_offset_us`` was found: ``baseTimeNanoseconds``, ``first_step`` or ``none``."""
+    notes: list[str] = field(default_factory=list)
+    """What the loader found implausible and set right (workbench.load.sanity, the header), one
+    line each; the run's warnings carry them."""
 
     @property
     def has_gpu(self) -> bool:
@@ -113,10 +133,12 @@ class Trace:
                 base + float((self.events["ts_us"] + self.events["dur_us"]).max()) / 1e6)
 
 
-def iter_text(path: Path) -> Iterator[bytes]:
+def iter_text(path: Path, where: list[int] | None = None) -> Iterator[bytes]:
     """The decompressed JSON text of a trace file in pieces of at most TEXT_BYTES, with one-line
-    errors for what can go wrong (unreadable, corrupt or truncated gzip, a decompression bomb)."""
+    errors for what can go wrong (unreadable, corrupt or truncated gzip, a decompression bomb).
+    ``where``: [file bytes consumed, file size], updated before each piece is yielded."""
     path = Path(path)
+    where = where if where is not None else [0, 0]
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -124,23 +146,29 @@ def iter_text(path: Path) -> Iterator[bytes]:
     with f:
         try:
             data = f.read(READ_BYTES)
+            where[1] = os.fstat(f.fileno()).st_size
             if data[:2] != b"\x1f\x8b":
-                if os.fstat(f.fileno()).st_size > MAX_TRACE_BYTES:
+                if where[1] > MAX_TRACE_BYTES:
                     raise TraceError(path, f"larger than {_limit()}; trim it (fewer active steps)")
                 while data:
+                    where[0] += len(data)
                     yield data
                     data = f.read(READ_BYTES)
                 return
-            yield from _gunzip(path, f, data)
+            yield from _gunzip(path, f, data, where)
         except OSError as e:
             raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def _limit() -> str:
     return f"{MAX_TRACE_BYTES >> 30} GiB" if MAX_TRACE_BYTES >= 1 << 30 else f"{MAX_TRACE_BYTES >> 20} MiB"
 
 
-def _gunzip(path: Path, f, data: bytes) -> Iterator[bytes]:
+def _gunzip(path: Path, f, data: bytes, where: list[int]) -> Iterator[bytes]:
     """The text of every member of a gzip file in turn: ``cat a.gz b.gz`` is one valid gzip file
     (RFC 1952 §2.2; ``gzip.open`` and ``zcat`` read all of it), and zero bytes after a member are
     padding, skipped as ``gzip`` skips them. Anything else after a member is corrupt data."""
@@ -165,7 +193,8 @@ def _gunzip(path: Path, f, data: bytes) -> Iterator[bytes]:
             size += len(out)
             if size > MAX_TRACE_BYTES:
                 raise TraceError(path, f"decompresses to more than {_limit()}; trim it (fewer active steps)")
-            if out:
+            if out:  # the file bytes this member has consumed so far: not its tail, nor what follows it
+                where[0] = f.tell() - len(data) - (len(d.unused_data) if d.eof else 0)
                 yield out
             if d.eof:
                 data, in_member = d.unused_data, False
@@ -181,6 +210,20 @@ def _gunzip(path: Path, f, data: bytes) -> Iterator[bytes]:
         raise TraceError(path, "truncated gzip file (the writer was interrupted?); re-capture or drop this file")
 
 
+def _read_whole(path: Path, why: str) -> bytes:
+    """The whole text, for a trace that cannot be sliced (``why``), when it is at most
+    WHOLE_MAX_BYTES; beyond that a one-line refusal, before more than that is held."""
+    parts, size = [], 0
+    for piece in iter_text(path):
+        size += len(piece)
+        if size > WHOLE_MAX_BYTES:
+            raise TraceError(path, f"cannot be read in bounded memory: {why}, and decoding its text whole would hold more "
+                                   f"than {WHOLE_MAX_BYTES >> 20} MiB; re-export it as torch.profiler writes traces "
+                                   "(or json.dump), or trim it")
+        parts.append(piece)
+    return b"".join(parts)
+
+
 def read_bytes(path: Path) -> bytes:
     """The whole decompressed JSON text of a trace file (see :func:`iter_text` for the errors)."""
     return b"".join(iter_text(path))
@@ -191,6 +234,8 @@ def _decode(path: Path, raw: bytes) -> _Trace:
         raise TraceError(path, "empty file; re-capture or drop this file")
     try:
         doc = DECODER.decode(raw)
+    except RecursionError:
+        raise TraceError(path, _TOO_DEEP) from None
     except msgspec.ValidationError as e:
         raise TraceError(path, f"not a Kineto/Chrome trace ({e})") from None
     except msgspec.DecodeError as e:
@@ -201,8 +246,57 @@ def _decode(path: Path, raw: bytes) -> _Trace:
     return doc
 
 
+# msgspec and json recurse once per nesting level and raise RecursionError near Python's limit
+# (~1000 levels); Kineto writes 5. Caught at every decode, it is this one line, never a traceback.
+_TOO_DEEP = f"{TOO_DEEP}: not a torch.profiler trace; re-capture or drop this file"
+
+
 class _NotSliceable(Exception):
-    """The text cannot be cut into slices of whole events (or is not valid): decode it whole."""
+    """The text cannot be cut into slices of whole events (or is not valid): decode it whole
+    (at most WHOLE_MAX_BYTES of it). The argument says why, for the refusal beyond that."""
+
+    def __init__(self, why: str = "its events cannot be cut into slices") -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def max_events() -> int:
+    try:
+        return int(os.environ.get("WORKBENCH_MAX_EVENTS") or MAX_EVENTS)
+    except ValueError:
+        return MAX_EVENTS
+
+
+FORESEE_BYTES = 64 << 20  # text read before the total is foreseen from it
+FORESEE_MARGIN = 2.0  # a trace is refused early only when foreseen at twice the limit
+
+
+def _foresee(path: Path, cols: Columns, limit: int, decoded: int, text_size: int, where: list[int]) -> None:
+    """Refuse early a trace whose events, at the rate of its first FORESEE_BYTES of text (events
+    per text byte, text per file byte), would pass FORESEE_MARGIN × the limit: a 2 GiB gzip of 48.8M
+    tiny events is refused in ~2 s instead of after reaching the limit (~30 s). The margin keeps a
+    trace whose start is denser than its rest from being refused on a guess; below it, the exact
+    count (:func:`_count`) decides."""
+    if decoded < FORESEE_BYTES or not where[0] or not cols.n_events:
+        return
+    foreseen = cols.n_events / decoded * text_size * (where[1] / where[0])
+    if foreseen > FORESEE_MARGIN * limit:
+        raise TraceError(path, f"holds about {foreseen / 1e6:,.0f}M events (foreseen from its first {decoded >> 20} MB of text), "
+                               f"more than the {limit:,} analysed in bounded memory (~150 bytes each: "
+                               f"{_size(limit * 150)}); trim it (fewer active steps in the profiler schedule), "
+                               "or raise WORKBENCH_MAX_EVENTS")
+
+
+def _count(path: Path, cols: Columns, limit: int) -> None:
+    """Refuse the trace as soon as what it holds passes the bounds (MAX_EVENTS, MAX_NAMES)."""
+    names = max(len(cols.names), len(cols.cats), len(cols.tids))
+    if names > MAX_NAMES:
+        raise TraceError(path, f"holds more than {MAX_NAMES:,} distinct event names, categories or threads (real traces "
+                               "hold thousands): not a torch.profiler trace; re-capture or drop this file")
+    if cols.n_events > limit:
+        raise TraceError(path, f"holds more than {limit:,} events, the most analysed in bounded memory (~150 bytes "
+                               f"each: {_size(limit * 150)}); trim it (fewer active steps in the profiler "
+                               "schedule), or raise WORKBENCH_MAX_EVENTS")
 
 
 def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _Trace]:
@@ -216,17 +310,22 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
     also words the errors.
     """
     cols = Columns()
+    limit = max_events()
+    where = [0, 0]
+    text_size = decoded = 0  # text read, and text decoded into events
+    scanned = 0  # how far the search for the separator has looked
     head, header = b"", None
     sep: bytes | None = None
     pending: list[bytes] = []
     size = 0
-    for chunk in iter_text(path):
+    for chunk in iter_text(path, where):
+        text_size += len(chunk)
         if header is None:
             head += chunk
             header, chunk = _split_header(head)
             if header is None:
                 if len(head) > HEAD_LIMIT:
-                    raise _NotSliceable
+                    raise _NotSliceable(f"no traceEvents array opens in its first {HEAD_LIMIT >> 20} MiB")
                 continue
             head = b""
         pending.append(chunk)
@@ -236,7 +335,8 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
         buf = b"".join(pending)
         pos = 0
         if sep is None:
-            sep = _find_separator(buf)
+            sep = _find_separator(buf, scanned)
+            scanned = max(0, len(buf) - 2 * SEP_SPACE - 3)  # a boundary may straddle the next text
         while sep is not None and len(buf) - pos >= slice_bytes:
             cut = _decode_slice(buf, pos, sep, slice_bytes)
             if cut is None:
@@ -244,22 +344,28 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
             events, pos = cut
             cols.add(events)
             del events
+            _count(path, cols, limit)
+        decoded += pos
+        _foresee(path, cols, limit, decoded, text_size, where)
         rest = buf[pos:]
         del buf
         if len(rest) > 4 * slice_bytes:  # no event boundary in 64 MB: one giant event, or not a trace
-            raise _NotSliceable
+            raise _NotSliceable(f"no boundary between two events in {4 * slice_bytes >> 20} MB of its text")
         pending, size = [rest], len(rest)
     if header is None:
-        raise _NotSliceable
+        raise _NotSliceable("no traceEvents array")
     try:
         doc = DECODER.decode(header + b"[" + b"".join(pending))
+    except RecursionError:
+        raise TraceError(path, _TOO_DEEP) from None
     except msgspec.DecodeError:
-        raise _NotSliceable from None
+        raise _NotSliceable("its text after the last slice is not the end of a trace") from None
     if isinstance(doc, list) and not header:
         doc = _Trace(traceEvents=doc)
     if not isinstance(doc, _Trace):
-        raise _NotSliceable
+        raise _NotSliceable("its text is not a trace object")
     cols.add(doc.traceEvents)
+    _count(path, cols, limit)
     doc.traceEvents = []
     return cols, doc
 
@@ -277,20 +383,21 @@ def _split_header(head: bytes) -> tuple[bytes | None, bytes]:
     return head[: m.end() - 1], head[m.end() :]
 
 
-def _find_separator(buf: bytes) -> bytes | None:
+def _find_separator(buf: bytes, start: int = 0) -> bytes | None:
     """The bytes between the first event's closing "}" and the second event's "{" (inclusive), taken
     as this file's separator; None when ``buf`` does not hold two events yet.
 
     The first candidate after which the text so far decodes as one list of events is the real end
     of the first event: a candidate inside a nested value or a string leaves a bracket or a quote
-    open, and the decode fails."""
-    for k, m in enumerate(_BOUNDARY.finditer(buf)):
+    open, and the decode fails. ``start``: where to look from (the candidates before it failed on
+    a shorter text already, and would again)."""
+    for k, m in enumerate(_BOUNDARY.finditer(buf, start)):
         if k == MAX_SEP_TRIES:
-            raise _NotSliceable
+            raise _NotSliceable(f"none of the first {MAX_SEP_TRIES} event boundaries ends its first event")
         try:
             EVENTS_DECODER.decode(b"[" + buf[: m.start() + 1] + b"]")
         except msgspec.ValidationError:
-            raise _NotSliceable from None  # valid JSON, not events: stepping on cannot help
+            raise _NotSliceable("its first event is not a trace event") from None  # stepping on cannot help
         except msgspec.DecodeError:
             continue
         return m.group()
@@ -314,7 +421,7 @@ def _decode_slice(buf: bytes, pos: int, sep: bytes, slice_bytes: int) -> tuple[l
         if i < 0:
             if forward:
                 return None
-            raise _NotSliceable
+            raise _NotSliceable(f"none of {MAX_SEP_TRIES} event boundaries tried cuts it between two events")
         end = i + close + 1
         text = bytearray(end - pos + 2)  # "[" + events + "]", one copy of the slice
         text[0], text[-1] = 0x5B, 0x5D
@@ -322,23 +429,22 @@ def _decode_slice(buf: bytes, pos: int, sep: bytes, slice_bytes: int) -> tuple[l
         try:
             return EVENTS_DECODER.decode(text), i + len(sep) - 1
         except msgspec.ValidationError:
-            raise _NotSliceable from None  # well-formed but not events: an earlier cut cannot help
+            raise _NotSliceable("a slice of it is not a list of trace events") from None  # an earlier cut cannot help
         except msgspec.DecodeError:
             pass
         del text
         i = buf.find(sep, i + 1) if forward else buf.rfind(sep, pos, i)
-    raise _NotSliceable
+    raise _NotSliceable(f"none of {MAX_SEP_TRIES} event boundaries tried cuts it between two events")
 
 
 def _check_top_level(prefix: bytes) -> None:
     """The ``"traceEvents"`` key found must be a key of the top-level object, not inside a nested
     object or a string: then the text before it, closed with ``}``, is a JSON object."""
-    try:
-        ok = isinstance(msgspec.json.decode(prefix.rstrip().rstrip(b",") + b"}"), dict)
-    except msgspec.DecodeError:
-        ok = False
-    if not ok:
-        raise _NotSliceable
+    why = object_prefix(prefix)
+    if why == TOO_DEEP:
+        raise RecursionError  # read_trace words it; decoding the file whole would only recurse again
+    if why is not None:
+        raise _NotSliceable("its traceEvents key is not the top level's")
 
 
 def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
@@ -351,18 +457,31 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
     """
     path = Path(path)
     try:
-        cols, doc = _read_sliced(path, slice_bytes)
-    except _NotSliceable:
-        doc = _decode(path, read_bytes(path))
-        cols = Columns()
-        cols.add(doc.traceEvents)
-        doc.traceEvents = []
+        try:
+            cols, doc = _read_sliced(path, slice_bytes)
+        except _NotSliceable as e:
+            doc = _decode(path, _read_whole(path, e.why))
+            cols = Columns()
+            cols.add(doc.traceEvents)
+            doc.traceEvents = []
+            _count(path, cols, max_events())
+    except RecursionError:  # in any decode: the header, a slice, one event's args
+        raise TraceError(path, _TOO_DEEP) from None
     if not cols.n_events:
         raise TraceError(path, "no traceEvents: not a torch.profiler trace")
     if not len(cols.ts):
         raise TraceError(path, "no complete ('X') events: not a torch.profiler trace")
     events, memory, comms = cols.tables()
+    events, notes = clean_events(events)
+    if events.empty:
+        raise TraceError(path, "no complete ('X') event of plausible duration: not a torch.profiler trace")
+    if not float((events["ts_us"] + events["dur_us"]).max()) > float(events["ts_us"].min()):
+        raise TraceError(path, "its events span no time (every one starts and ends at one instant): nothing to analyse")
     dist = distributed_info(doc.distributedInfo)
+    if dist.get("rank") is not None and dist.get("world_size") is not None and dist["rank"] >= dist["world_size"]:
+        notes.append(f"distributedInfo says rank {dist['rank']} of world size {dist['world_size']}: the rank is left out "
+                     "(taken from the file name or order)")
+        del dist["rank"]
     first_step = None
     step_cats = [c for c in events["name"].cat.categories if kineto.PROFILER_STEP.fullmatch(c)]
     if step_cats:
@@ -382,6 +501,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
         threads=cols.threads,
         base_time_ns=as_int(doc.baseTimeNanoseconds, lo=1),
         first_step=first_step,
+        notes=notes,
     )
 
 

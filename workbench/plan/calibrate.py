@@ -4,7 +4,7 @@ From each run (any number; one GPU is enough), through ``analyze_run(path).to_js
 (schema ``workbench.analyze/1``) and the run directory:
 
 - GEMM efficiency by size: each matmul call's FLOPs over its kernels' time, bucketed by FLOPs
-  per call (the one place that reads the trace beyond the JSON: :func:`trace_frames`);
+  per call (the analysis' declared ``gemm_calls`` frame, from the run's cached summaries: :func:`gemm_calls`);
 - attention: the attention kernels' FLOP/s over the peak of the dtype they ran in;
 - memory-bound kernels (norms, activations, casts, reductions, copies) and the optimizer: their
   time per step against the bytes this planner counts for the run (engine runs, whose manifest
@@ -34,48 +34,53 @@ HOST_BOUND_MIN = 0.03
 MIN_COLLECTIVE_BYTES = 1 << 20
 
 
-def trace_frames(run: str | Path) -> dict:
-    """What the planner reads from a run's traces beyond its JSON, as plain data — the one
-    function that knows the analysis internals (``workbench.load``, ``analysis.flops``,
-    ``analysis.kernel_classes``), so their refactoring touches only this:
+def gemm_calls(run: str | Path) -> list[tuple[float, float]]:
+    """Each matmul op's (FLOPs, seconds), all ranks: the analysis' declared ``gemm_calls`` frame,
+    read from the run's cached summaries (the ones ``workbench analyze`` wrote) — no trace is read
+    again when they are there."""
+    from workbench.analysis.frames import GEMM_CALLS, Params
+    from workbench.reduce import load_reduced
+    from workbench.verdict import READS
 
-    ``{"gemm_calls": [(flops, seconds), …] (each matmul op's kernels, all ranks),
-       "cpu_step_transient_bytes": {rank: [bytes per profiled step]}}`` — the second is the peak of
-    the profiler's CPU allocator counter above its floor within each step (gloo runs: the counter
-    sees only what was allocated inside the recorded window, so what lives between steps is not in
-    it)."""
-    from workbench.analysis.flops import op_flops
-    from workbench.analysis.kernel_classes import kernel_table
+    r = load_reduced(run, READS)
+    params = Params.of_manifest(r.manifest)
+    calls: list[tuple[float, float]] = []
+    for rank, s in sorted(r.summaries.items()):
+        f = s.rank_frames(params).summary(GEMM_CALLS)
+        calls += [(float(x), float(y)) for x, y in zip(f["flops"], f["seconds"])]
+    return calls
+
+
+def trace_frames(run: str | Path) -> dict:
+    """What the planner reads from a gloo run's traces beyond its JSON, as plain data:
+    ``{"cpu_step_transient_bytes": {rank: [bytes per profiled step]}}``, the peak of the profiler's
+    CPU allocator counter above its floor within each step (the counter sees only what was
+    allocated inside the recorded window, so what lives between steps is not in it)."""
     from workbench.analysis.steps import step_windows
     from workbench.load import load_run
 
     import numpy as np
 
     r = load_run(run)
-    calls: list[tuple[float, float]] = []
     transient: dict[int, list[float]] = {}
     for rank in sorted(r.traces):
         t = r.trace(rank)
-        w = step_windows(t)
-        ops = op_flops(t, w)
-        if not ops.empty:
-            k = kernel_table(t, ops)
-            g = k[k["class"].isin(("gemm_tensor_core", "gemm_simt")) & (k["op"] >= 0)]
-            if not g.empty:
-                per = g.groupby("op").agg(flops=("flops", "sum"), us=("dur_us", "sum"))
-                calls += [(float(f), float(u) * 1e-6) for f, u in zip(per["flops"], per["us"]) if f > 0 and u > 0]
         mem = t.memory
-        if not mem.empty and not w.empty:
-            cpu = mem[mem["device_type"] == 0].sort_values("ts_us")
-            ts, alloc = cpu["ts_us"].to_numpy(), cpu["allocated_bytes"].to_numpy()
-            vals = []
-            for lo, hi in zip(w["start_us"].to_numpy(), w["end_us"].to_numpy()):
-                x = alloc[(ts >= lo) & (ts < hi)]
-                if len(x):
-                    vals.append(float(np.max(x) - np.min(x)))
-            if vals:
-                transient[rank] = vals
-    return {"gemm_calls": calls, "cpu_step_transient_bytes": transient}
+        if mem.empty:
+            continue
+        w = step_windows(t)
+        if w.empty:
+            continue
+        cpu = mem[mem["device_type"] == 0].sort_values("ts_us")
+        ts, alloc = cpu["ts_us"].to_numpy(), cpu["allocated_bytes"].to_numpy()
+        vals = []
+        for lo, hi in zip(w["start_us"].to_numpy(), w["end_us"].to_numpy()):
+            x = alloc[(ts >= lo) & (ts < hi)]
+            if len(x):
+                vals.append(float(np.max(x) - np.min(x)))
+        if vals:
+            transient[rank] = vals
+    return {"cpu_step_transient_bytes": transient}
 
 
 def gemm_by_size(calls: list[tuple[float, float]], peak_flops: float, per_decade: int = 4) -> tuple[tuple[float, float], ...]:
@@ -165,10 +170,9 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
             continue
         used.append(str(run))
         dtype = _dominant_dtype(doc)
-        frames = trace_frames(run)
         # the share of the peak the planner times that dtype's matmuls against (timing: fp32 work
         # at the fp32 peak), so that the run's own layout is predicted back at its own rate
-        for f, s in frames["gemm_calls"]:
+        for f, s in gemm_calls(run):
             calls_by_peak.append((f, s, (peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12))
         for c in e["classes"]:
             if c["class"] == "attention" and c["flops"]:

@@ -7,10 +7,10 @@ same config that ran is predicted, and the prediction is held against what the r
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from workbench import manifest as manifest_file
 from workbench.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
 from workbench.plan.model import ModelSpec
@@ -39,35 +39,12 @@ class EngineCase:
     """train.compile: the blocks ran under torch.compile (fused elementwise kernels)."""
 
 
-MAX_MANIFEST_BYTES = 16 << 20
-"""A manifest is a few kB (its config, ranks, hosts); a larger one is not a manifest."""
-
-
 def read_manifest(run: str | Path) -> dict:
-    """The run's manifest.json as an object; one-line WorkbenchError for a missing, unreadable,
-    oversized, non-UTF-8, too deeply nested or non-object one."""
-    from workbench.plan.plan_file import MAX_DEPTH, nesting_depth
-
-    p = Path(run) / "manifest.json"
-    try:
-        if p.stat().st_size > MAX_MANIFEST_BYTES:
-            raise WorkbenchError(f"{p}: {p.stat().st_size / 2**20:,.0f} MiB is too large for a manifest")
-        text = p.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise WorkbenchError(f"{run}: no manifest.json (not a workbench run directory)") from None
-    except UnicodeDecodeError:
-        raise WorkbenchError(f"{p}: not UTF-8 text — rewrite it or remove it (the traces alone can be analysed)") from None
-    except OSError as e:
-        raise WorkbenchError(f"{p}: cannot be read ({e.strerror or e})") from None
-    if nesting_depth(text) > MAX_DEPTH:
-        raise WorkbenchError(f"{p}: JSON nested deeper than {MAX_DEPTH} levels, not a workbench manifest")
-    try:
-        man = json.loads(text)
-    except ValueError as e:
-        raise WorkbenchError(f"{p}: not valid JSON ({e})") from None
-    if not isinstance(man, dict):
-        raise WorkbenchError(f"{p}: a manifest is a JSON object, this is a {type(man).__name__}")
-    return man
+    """The run's manifest through the one checked reader (workbench.manifest): a directory, bad
+    JSON, deep nesting or mistyped keys are one-line errors or left-out keys, never a traceback."""
+    if not (Path(run) / "manifest.json").exists():
+        raise WorkbenchError(f"{run}: no manifest.json (not a workbench run directory)")
+    return manifest_file.read_manifest(run)
 
 
 def engine_case(run: str | Path, manifest: dict | None = None) -> EngineCase:

@@ -294,7 +294,7 @@ def from_run_json(req, result) -> dict:
     """``req.from_run`` (what the run is) with, for a GPU run, the plan of the run's own layout
     beside what it measured and the best layouts on 1, 2, 4 and 8 times its GPUs."""
     from workbench.plan.hardware import make_cluster
-    from workbench.plan.search import PlanRequest, plan
+    from workbench.plan.search import plan
 
     out = dict(req.from_run)
     given = result.given

@@ -1,4 +1,5 @@
-"""Efficiency: is the busy GPU doing useful work fast? FLOPs, MFU, dtypes, kernel classes.
+"""Efficiency: is the busy GPU doing useful work fast? FLOPs, MFU and HFU, the inferred model, dtypes,
+kernel classes.
 
 Everything shown comes from ``Analysis.efficiency_json()`` / ``efficiency_frames()`` (the numbers
 ``workbench analyze --json`` prints) and the efficiency rules of ``workbench.diagnose.efficiency``.
@@ -22,6 +23,28 @@ def _num(v: float | None, unit: str = "", digits: int = 1) -> str:
     return "—" if v is None else f"{v:,.{digits}f}{unit}"
 
 
+def model_table(model: dict) -> pd.DataFrame:
+    """The inferred model's fields (analysis.model) as rows: field, value, confidence, source."""
+    rows = []
+    for name, f in (model or {}).get("fields", {}).items():
+        v = f["value"]
+        if isinstance(v, dict):
+            v = ", ".join(f"{k} {x}" for k, x in v.items())
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+            v = f"{v:,}"
+        rows.append({"field": name, "value": str(v), "confidence": f["confidence"], "source": f["source"]})
+    return pd.DataFrame(rows, columns=["field", "value", "confidence", "source"])
+
+
+def model_section(model: dict, tokens_per_s: float | None) -> None:
+    st.subheader("The model behind the run")
+    if not model or not model.get("kind"):
+        st.caption("No model could be inferred: the trace has no shapes (record_shapes) or no step.")
+        return
+    st.markdown(f"**{model['kind']}**" + (f" · {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""))
+    st.dataframe(model_table(model), hide_index=True, width="stretch")
+
+
 def efficiency_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Efficiency")
@@ -37,13 +60,25 @@ def efficiency_page() -> None:
                        f"{eff['achieved_tflops'] * 1e3:,.2f} GFLOP/s; there is no CPU peak to compare them with.")
         return
     peak = eff["peak"]
-    cols = st.columns(4)
+    cols = st.columns(5)
+    model_mfu = eff.get("mfu_source") == "model"
     cols[0].metric("MFU", _num(eff["mfu_pct"], "%"),
-                   help="time the step's FLOPs need at the dense peak of the dtype each ran in ÷ step time (PaLM appendix B)")
-    cols[1].metric("MFU vs bf16 peak", _num(eff["mfu_bf16_pct"], "%"), help="all FLOPs against the bf16 dense peak: the usual headline")
-    cols[2].metric("FLOPs per step", _num(eff["flops_per_step"] / 1e12, " TFLOP", 2),
-                   help="model FLOPs per step and device, counted from the GEMM, convolution and attention ops' shapes")
-    cols[3].metric("Achieved", _num(eff["achieved_tflops"], " TFLOP/s"), help="those FLOPs ÷ step time (the GPU's clock)")
+                   help=("the model's FLOPs per step (" + eff.get("mfu_convention", "") + ") at the dense peak of the GEMMs' "
+                         "dtype ÷ the job's step") if model_mfu else
+                   "the trace's executed FLOPs (the model could not be inferred) at each dtype's dense peak ÷ the job's step")
+    cols[1].metric("HFU", _num(eff.get("hfu_pct"), "%"),
+                   help="hardware FLOPs utilisation: the FLOPs the trace executed (recomputed forwards included, causal "
+                        "attention halved), each dtype at its dense peak ÷ the job's step")
+    cols[2].metric("MFU vs bf16 peak", _num(eff["mfu_bf16_pct"], "%"), help="the same FLOPs against the bf16 dense peak: "
+                   "what trainers that take one peak print (nanoGPT)")
+    cols[3].metric("FLOPs per step", _num(eff["flops_per_step"] / 1e12, " TFLOP", 2),
+                   help="executed FLOPs per step and device, counted from the GEMM, convolution and attention ops' shapes")
+    cols[4].metric("Achieved", _num(eff["achieved_tflops"], " TFLOP/s"), help="those FLOPs ÷ step time (the GPU's clock)")
+    st.caption(("MFU counts " + eff["mfu_convention"] + "; HFU the FLOPs the trace executed.") if model_mfu
+               else "MFU = HFU here: " + eff.get("mfu_convention", "the trace's executed FLOPs") + ".")
+    if eff.get("mfu_note"):
+        st.info(eff["mfu_note"])
+    model_section(analysis.model_json(), analysis.metrics().get("tokens_per_s"))
     mix = ", ".join(f"{d} {p:.1f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
     st.markdown(f"**Dtype mix of the FLOPs:** {mix}")
     if peak:

@@ -28,8 +28,10 @@ def overview_page() -> None:
     cols[1].metric("GPU busy" if gpu else "CPU busy (no GPU)", _fmt(h.gpu_busy_pct, "%", 0),
                    help="share of the step the GPU runs kernels or copies" if gpu else
                    "CPU run: share of the step the main thread computes")
-    cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation, as `workbench analyze` reports it: the step's "
-                   "FLOPs (counted from the ops' shapes) at the device's dense peak ÷ step time; GPU runs of a known device")
+    cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation, as `workbench analyze` reports it: the model's "
+                   "FLOPs (6·N + 12·L·h·s per token, the model inferred from the trace) × tokens per step at the device's "
+                   "dense peak ÷ the job's step; the trace's executed FLOPs where the model cannot be inferred (Efficiency "
+                   "page: MFU and HFU)")
     cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")
     peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
     if h.peak_memory_bytes and h.capacity_bytes:
@@ -37,7 +39,8 @@ def overview_page() -> None:
     cols[4].metric(f"Peak memory ({h.memory_kind})", peak,
                    delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of capacity" if h.peak_memory_bytes and h.capacity_bytes else None,
                    delta_color="off")
-    st.caption(f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
+    tps = analysis.metrics().get("tokens_per_s")
+    st.caption((f"{tps:,.0f} tokens/s · " if tps else "") + f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
                f"{analysis.breakdown['step'].nunique()} profiled step(s) · steps from {analysis.run.manifest.get('steps_from') or 'unknown'} · "
                f"status {analysis.run.manifest.get('status', 'bare')}")
     st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")

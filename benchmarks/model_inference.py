@@ -1,0 +1,191 @@
+"""The model inferred from each committed run (workbench.analysis.model) against the true one.
+
+Truth, where it is known: the engine's runs carry their config in the manifest (``traces/engine_*``,
+``case_*``, ``fault_*``, ``plan_gpu_*``, ``gpu_fsdp2_370m``); nanoGPT's runs are GPT-2 124M with
+the arguments traces/README.md lists (``--batch_size=12 --gradient_accumulation_steps=4``;
+``bench.py``: batch 12, one micro-batch); ImageNet and timm runs are torchvision's/timm's
+ResNet-50 (25,557,032 parameters) at the batch their command gives. Beside the fields, each run's
+MFU: the workbench's (model FLOPs, the job's step) against what the trainer prints — nanoGPT's
+``mfu`` (against an A100's 312 TFLOP/s, rescaled to the H200's 989), the engine's ``throughput:``
+line (PaLM FLOPs per token from its manifest × tokens per step / (step × the device's peak), the
+same job step).
+
+    python -m benchmarks.model_inference          # the table BENCHMARKS.md holds
+    python -m benchmarks.model_inference --json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "traces"
+RESNET50_PARAMS = 25_557_032
+
+
+def engine_params(m: dict) -> int:
+    """The engine GPT's parameters (workbench/engine/model.py): per block 12d² + 13d, the token
+    table (twice when untied), the position table, the final norm."""
+    d, L, V, S = m["d_model"], m["n_layer"], m["vocab"], m["seq_len"]
+    return L * (12 * d * d + 13 * d) + V * d * (1 if m["tie_embeddings"] else 2) + S * d + 2 * d
+
+
+def engine_truth(manifest: dict) -> dict:
+    cfg = manifest["config"]
+    m, p, t, d = cfg["model"], cfg["parallel"], cfg["train"], cfg["data"]
+    world = int(manifest.get("world_size") or 1)
+    mode = p["mode"]
+    dp = world if mode in ("ddp", "zero1", "zero2", "zero3") else (p.get("dp") or 1)
+    tp = world // dp if mode == "tp" else 1
+    pp = world // dp if mode == "pp" else 1
+    mb = p["microbatches"] if mode == "pp" else t["grad_accum"]
+    gpu = str((manifest.get("ranks") or {}).get("0", {}).get("device", "")).startswith("cuda")
+    dtype = "bf16" if p["mixed_precision"] == "bf16" or (p["mixed_precision"] == "auto" and gpu) else "fp32"
+    truth = {
+        "params_total": engine_params(m), "layers": m["n_layer"], "hidden": m["d_model"], "heads": m["n_head"],
+        "kv_heads": m["n_head"], "head_dim": m["d_model"] // m["n_head"], "ffn": 4 * m["d_model"], "gated": False,
+        "vocab": m["vocab"], "seq": m["seq_len"], "micro_batch": d["batch_size"] // (mb if mode == "pp" else 1),
+        "micro_batches": mb, "global_tokens_per_step": d["batch_size"] * m["seq_len"] * dp * (1 if mode == "pp" else mb),
+        "recompute": "full" if t["activation_checkpointing"] else "none", "optimizer": t["optimizer"],
+        "layout": {"world_size": world, "dp": dp, "tp": tp, "pp": pp, "fsdp": mode in ("zero2", "zero3"),
+                   "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0)},
+        "dtype": dtype,
+    }
+    if mode != "pp":
+        truth["tied"] = m["tie_embeddings"]
+    if m["tie_embeddings"] and cfg.get("flops_per_token"):
+        # the engine's N drops only the position table: with a tied head that is the convention
+        truth["model_flops_per_token"] = cfg["flops_per_token"]
+    return {k: v for k, v in truth.items() if v is not None}
+
+
+NANOGPT = {"params_total": 124_373_760, "params_non_embedding": 123_587_328, "layers": 12, "hidden": 768, "heads": 12,
+           "head_dim": 64, "ffn": 3072, "gated": False, "vocab": 50304, "tied": True, "seq": 1024, "micro_batch": 12,
+           "recompute": "none", "optimizer": "adamw"}
+
+
+def corpus_truth(name: str) -> dict | None:
+    if name.startswith("nanogpt_"):
+        mb = 1 if name == "nanogpt_bench_gpu" else 4
+        return NANOGPT | {"micro_batches": mb, "tokens_per_step": 12 * 1024 * mb,
+                          "model_flops_per_token": 6 * 123_587_328 + 12 * 12 * 12 * 64 * 1024,
+                          "dtype": "tf32" if "fp32" in name else "bf16"}
+    if name.startswith(("imagenet_", "timm_")):
+        manifest = json.loads((TRACES / "corpus" / name / "manifest.json").read_text())
+        cmd = manifest.get("command", "")
+        b = re.search(r"(?:-b|--batch-size)[ =](\d+)", cmd)
+        return {"kind": "convnet", "params_total": RESNET50_PARAMS, **({"micro_batch": int(b.group(1))} if b else {})}
+    return None
+
+
+def runs() -> list[tuple[str, dict]]:
+    out = []
+    for p in sorted(TRACES.iterdir()):
+        mf = p / "manifest.json"
+        if mf.exists() and (json.loads(mf.read_text()).get("config") or {}).get("model"):
+            out.append((p.name, engine_truth(json.loads(mf.read_text()))))
+    for p in sorted((TRACES / "corpus").iterdir()):
+        t = corpus_truth(p.name)
+        if t is not None:
+            out.append((f"corpus/{p.name}", t))
+    return out
+
+
+def own_mfu(name: str, doc: dict) -> tuple[float | None, str]:
+    """The trainer's own MFU on the H200's bf16 peak, and where it comes from."""
+    from benchmarks import corpus
+    from workbench.peaks import device_peak
+
+    peak = device_peak(doc["run"]["device"])
+    if name.startswith("corpus/"):
+        e = corpus.BY_NAME.get(name.split("/", 1)[1])
+        if e and e.timer and e.timer.mfu_regex and peak:
+            own = corpus.own_times(e, (TRACES / name / "console.log").read_text())
+            return own["mfu_pct"] * e.timer.mfu_peak_tflops / peak.tflops["bf16"], "its `mfu` print × 312/989"
+        return None, ""
+    manifest = json.loads((TRACES / name / "manifest.json").read_text())
+    fpt = (manifest.get("config") or {}).get("flops_per_token")
+    tps = doc["metrics"].get("tokens_per_s")
+    if not (fpt and tps and peak):
+        return None, ""
+    # the engine's throughput line: tokens/s per device × its FLOPs per token / the bf16 peak
+    return (100 * tps / doc["run"]["world_size"] * fpt / (peak.tflops["bf16"] * 1e12),
+            "engine's formula: manifest FLOPs/token × recorded tokens/s")
+
+
+def measure(name: str, truth: dict) -> dict:
+    from workbench.verdict import analyze_run
+
+    doc = analyze_run(TRACES / name).to_json()
+    model = doc["model"]
+    got = {k: v["value"] for k, v in model["fields"].items()}
+    rows = []
+    kind_true = truth.get("kind", "transformer")
+    rows.append({"field": "kind", "inferred": model["kind"], "true": kind_true, "ok": model["kind"] == kind_true})
+    for k, v in truth.items():
+        if k == "kind":
+            continue
+        rows.append({"field": k, "inferred": got.get(k), "true": v, "ok": got.get(k) == v})
+    eff = doc["efficiency"] or {}
+    theirs, how = own_mfu(name, doc)
+    # tokens/s from the inferred model against the script's own count (steps CSV, record_metrics)
+    from workbench.analysis.throughput import steady_summary, tokens_per_s
+    from workbench.verdict import model_tokens_per_s
+
+    a = analyze_run(TRACES / name)
+    recorded = tokens_per_s(steady_summary(a.context.steps, warmup=a.context.steps_warmup))
+    if recorded is None and truth.get("tokens_per_step"):
+        # a script that counts no tokens: its true tokens per step over its own timer's step
+        from benchmarks import corpus
+        from statistics import mean
+
+        e = corpus.BY_NAME.get(name.split("/", 1)[-1])
+        if e and e.timer:
+            own = corpus.own_times(e, (TRACES / name / "console.log").read_text())
+            (job,) = doc["summary"]["job"] or [None]
+            steps = [v for k, v in own.get("per_step", {}).items() if job and job["first_step"] <= k <= job["last_step"]]
+            ms = mean(steps) if steps else own.get("mean_ms")
+            recorded = truth["tokens_per_step"] / (ms / 1e3) if ms else None
+    inferred = model_tokens_per_s(model, doc["metrics"].get("steady_step_ms") or doc["metrics"].get("step_ms"))
+    return {"run": name, "fields": rows, "matched": sum(r["ok"] for r in rows), "total": len(rows),
+            "tokens_per_s_model": inferred, "tokens_per_s_recorded": recorded,
+            "mfu_bf16_pct": eff.get("mfu_bf16_pct"), "hfu_bf16_pct": eff.get("hfu_bf16_pct"), "own_mfu_pct": theirs,
+            "own_mfu_from": how, "mfu_source": eff.get("mfu_source")}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| run | fields right | wrong or missing (inferred vs true) | MFU (bf16 peak) | trainer's own | HFU | tokens/s: model · the script's |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        bad = "; ".join(f"{x['field']} {x['inferred']} vs {x['true']}" for x in r["fields"] if not x["ok"]) or "–"
+
+        def pct(v):
+            return f"{v:.1f} %" if v is not None else "–"
+        own = f"{pct(r['own_mfu_pct'])} ({r['own_mfu_from']})" if r["own_mfu_pct"] is not None else "–"
+        tm, tr = r["tokens_per_s_model"], r["tokens_per_s_recorded"]
+        tok = (f"{tm:,.0f}" if tm else "–") + " · " + (f"{tr:,.0f}" if tr else "–")
+        if tm and tr:
+            tok += f" ({100 * (tm / tr - 1):+.1f} %)"
+        lines.append(f"| {r['run']} | {r['matched']}/{r['total']} | {bad} | {pct(r['mfu_bf16_pct'])} | {own} | {pct(r['hfu_bf16_pct'])} | {tok} |")
+    n, m = sum(r["matched"] for r in results), sum(r["total"] for r in results)
+    lines.append(f"\n{n} of {m} known fields inferred right over {len(results)} runs.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    results = [measure(name, truth) for name, truth in runs()]
+    print(table(results))
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,572 @@
+"""A hostile corpus generated at test time from committed traces, and what the CLI does with each case.
+
+Every case is built in a fresh directory from ``traces/engine_ddp`` (a 2-rank gloo run: 15.6 ms steps,
+3 recorded per rank), the GPU runs under ``tests/analysis/data`` or bytes written here (the multi-GB
+ones as gzip members compressed once and written many times: :mod:`tests.hostile_gen`), then run
+through the CLI as a user would (``analyze --json``, ``analyze``, ``report``, ``plan --from-run``) in a
+subprocess under a 3 GiB address-space limit and a time limit. :func:`observe` records the exit code,
+the first stderr line, the peak RSS (``wait4``), the time, and classifies the outcome:
+
+- **traceback**: exit other than 0 and 2, or ``Traceback`` on stderr;
+- **hang**: still running at the case's time limit (killed);
+- **silent nonsense**: exit 0 where the case expects an error, or a result that does not name what
+  was implausible (``says`` missing from the warnings), or numbers that do not hold: a non-finite
+  or non-positive step, shares that do not sum to 100, a numpy warning on stderr, or the case's own
+  check (steps counted, the step against the unmodified trace's, the diagnoses).
+
+``tests/test_hostile_corpus.py`` runs each case as a test; ``tests/test_reliability.py`` renders the
+counts per class into RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tests.conftest import TRACES
+from tests.hostile_gen import repeated, tiny_events, write_gzip
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "analysis" / "data"
+RUN = "engine_ddp"
+BASE_STEP_MS = 15.557  # engine_ddp rank 0 alone: its 3 recorded steps (ProfilerStep#3-5), mean
+BASE_DIAGNOSES = ["exposed_communication"]
+AS_LIMIT = 3 << 30  # address space of each CLI run: a runaway is stopped, not the machine
+MAX_RSS_MB = 2048  # what any case may peak at
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    klass: str
+    what: str
+    build: Callable[[Path], Path]
+    """Builds the input under the given empty directory; returns the path the command reads."""
+    expect: str  # "error" (exit 2, one line) or "result" (exit 0, with a warning that names the problem)
+    says: str = ""
+    """A substring of the error line, or of one of the run's warnings."""
+    check: Callable[[dict], str | None] | None = None
+    """For a result: what is wrong with its numbers (None: they hold)."""
+    argv: tuple[str, ...] = ("analyze", "--json")
+    env: dict = field(default_factory=dict)
+    slow: bool = False
+    timeout_s: float = 120
+
+
+@dataclass(frozen=True)
+class Observed:
+    exit_code: int | str
+    message: str  # the first stderr line (a result: the matching warning), tmp path as DIR
+    rss_mb: float
+    seconds: float
+    problem: str | None  # None, or "traceback", "hang", "nonsense: …"
+
+    @property
+    def kind(self) -> str:
+        return (self.problem or "ok").split(":")[0]
+
+
+# ---- builders ------------------------------------------------------------------------------------
+
+def _text(rank: int = 0, run: str = RUN) -> bytes:
+    return gzip.decompress((TRACES / run / f"rank{rank}.pt.trace.json.gz").read_bytes())
+
+
+def _doc(rank: int = 0) -> dict:
+    return json.loads(_text(rank))
+
+
+def _bare(d: Path, doc: dict, name: str = "rank0.pt.trace.json") -> Path:
+    run = d / "run"
+    run.mkdir()
+    (run / name).write_text(json.dumps(doc))
+    return run
+
+
+def _copy_run(d: Path, src: Path) -> Path:
+    run = d / "run"
+    shutil.copytree(src, run, ignore=shutil.ignore_patterns(".workbench-cache"))
+    return run
+
+
+def _steps(doc: dict) -> list[dict]:
+    return sorted((e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
+
+
+def _ops(doc: dict) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+
+
+def _edit(fn, name: str = "rank0.pt.trace.json"):
+    def build(d: Path) -> Path:
+        doc = _doc()
+        fn(doc)
+        return _bare(d, doc, name)
+    return build
+
+
+DEEP = 5000
+
+
+def _deep_header(name: str):
+    def build(d: Path) -> Path:
+        text = _text()
+        deep = b"[" * DEEP + b"]" * DEEP
+        run = d / "run"
+        run.mkdir()
+        (run / name).write_bytes(b'{"nested": ' + deep + b", " + text.lstrip()[1:])
+        return run
+    return build
+
+
+def _deep_args(name: str, depth: int = DEEP):
+    def build(d: Path) -> Path:
+        doc = _doc()
+        _ops(doc)[100]["args"] = {"deep": "@DEEP@"}
+        run = d / "run"
+        run.mkdir()
+        (run / name).write_text(json.dumps(doc).replace('"@DEEP@"', "[" * depth + "]" * depth))
+        return run
+    return build
+
+
+def _padded(name: str, gib: float):
+    """One event, then ``gib`` GiB of whitespace, then the end of the array: no event separator."""
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        head = (b'{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, '
+                b'"ts": 0, "dur": 10}')
+        write_gzip(run / name, [(head, 1), *repeated(b" " * 1024, int(gib * 2**30)), (b"]}", 1)])
+        return run
+    return build
+
+
+def _tiny(n: int):
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        write_gzip(run / "rank0.pt.trace.json.gz", tiny_events(n))
+        return run
+    return build
+
+
+def _unique_names(n: int):
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        with gzip.open(run / "rank0.pt.trace.json.gz", "wt", compresslevel=1) as f:
+            f.write('{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, '
+                    '"ts": 0, "dur": 1000}')
+            for i in range(n):
+                f.write(f',{{"ph":"X","name":"op{i}","ts":1,"dur":1,"pid":1}}')
+            f.write("]}")
+        return run
+    return build
+
+
+def _manifest(edit: Callable[[dict], object] | None = None, raw: bytes | None = None, directory: bool = False):
+    def build(d: Path) -> Path:
+        run = _copy_run(d, TRACES / RUN)
+        m = run / "manifest.json"
+        if directory:
+            m.unlink()
+            m.mkdir()
+        elif raw is not None:
+            m.write_bytes(raw)
+        else:
+            doc = json.loads(m.read_text())
+            edit(doc)
+            m.write_text(json.dumps(doc))
+        return run
+    return build
+
+
+def _deep_manifest(d: Path) -> Path:
+    return _manifest(raw=b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")(d)
+
+
+def _non_utf8_manifest(d: Path) -> Path:
+    raw = (TRACES / RUN / "manifest.json").read_bytes().replace(b'"ok"', b'"o\xffk"', 1)
+    return _manifest(raw=raw)(d)
+
+
+def _odd_name(name: bytes):
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        shutil.copy(TRACES / RUN / "rank0.pt.trace.json.gz", os.fsencode(run) + b"/" + name)
+        return run
+    return build
+
+
+def _cached(edit: Callable[[Path], None]):
+    """The run analysed once (its cache written), then the cache edited."""
+    def build(d: Path) -> Path:
+        run = _copy_run(d, TRACES / RUN)
+        subprocess.run([sys.executable, "-m", "workbench", "analyze", "--json", str(run)], capture_output=True,
+                       cwd=ROOT, env=_env({}), timeout=120, check=True)
+        edit(run / ".workbench-cache")
+        return run
+    return build
+
+
+def _result_body(body):
+    def edit(cache: Path) -> None:
+        doc = json.loads((cache / "analysis.json").read_text())
+        doc["analysis"] = body(doc["analysis"])
+        (cache / "analysis.json").write_text(json.dumps(doc))
+    return edit
+
+
+def _rename_rank(cache: Path) -> None:
+    doc = json.loads((cache / "index.json").read_text())
+    for r in doc["ranks"]:
+        if r["rank"] == 1:
+            r["rank"] = 7
+    (cache / "index.json").write_text(json.dumps(doc))
+    (cache / "analysis.json").unlink()
+
+
+def _without_gpu_clock(src: str, sync_every: int | None = None):
+    """A committed host-ahead GPU run whose steps CSV lost ``gpu_step_ms``; ``sync_every``: the host
+    also waits every N steps for the GPU (its step there holds what the N steps took on the GPU,
+    their ``gpu_step_ms``, less its other host steps), the last period left open, as a run ended
+    between two syncs is."""
+    def build(d: Path) -> Path:
+        import csv
+
+        run = _copy_run(d, DATA / src)
+        f = run / "steps_rank0.csv"
+        rows = list(csv.DictReader(f.open()))
+        cols = [c for c in rows[0] if c != "gpu_step_ms"]
+        last = max(int(r["step"]) for r in rows)
+        by_step = {int(r["step"]): r for r in rows}
+        for s, r in by_step.items():
+            # periods from step 10: clear of the profiled steps and of the export's pause (step 5)
+            if sync_every and s >= 10 and (s - 10) % sync_every == sync_every - 1 and s + sync_every <= last:
+                period = [by_step[k] for k in range(s - sync_every + 1, s + 1)]
+                gpu = sum(float(x["gpu_step_ms"]) for x in period)
+                host = sum(float(x["step_ms"]) for x in period if x is not r)
+                r["step_ms"] = f"{gpu - host:.3f}"  # the host waits here for what the period queued
+        with f.open("w", newline="") as out:
+            w = csv.DictWriter(out, cols, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        return run
+    return build
+
+
+def _gpu_truth(src: str) -> float:
+    """The mean GPU-clock step of the run's steady unprofiled steps, as its CSV recorded it."""
+    import csv
+
+    rows = [r for r in csv.DictReader((DATA / src / "steps_rank0.csv").open()) if int(r["step"]) >= 6 and r["profiled"] == "0"]
+    return sum(float(r["gpu_step_ms"]) for r in rows) / len(rows)
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+def _near(key: str, want: float, rel: float):
+    def check(j: dict) -> str | None:
+        got = j["summary"][key]
+        return None if got is not None and abs(got / want - 1) <= rel else f"{key} {got} where {want:.3f} ± {rel:.0%}"
+    return check
+
+
+def _all(*checks):
+    def check(j: dict) -> str | None:
+        return next((p for c in checks if (p := c(j))), None)
+    return check
+
+
+def _steps_n(n: int):
+    return lambda j: None if j["summary"]["steps"] == n else f"{j['summary']['steps']} steps where {n}"
+
+
+def _diagnoses(ids: list[str]):
+    def check(j: dict) -> str | None:
+        got = sorted(x["id"] for x in j["diagnoses"])
+        return None if got == sorted(ids) else f"diagnoses {got} where {sorted(ids)}"
+    return check
+
+
+def _ranks(ranks: list[int]):
+    def check(j: dict) -> str | None:
+        got = [r["rank"] for r in j["summary"]["per_rank"]]
+        return None if got == ranks else f"ranks {got} where {ranks}"
+    return check
+
+
+_BASE = _all(_steps_n(3), _near("step_ms", BASE_STEP_MS, 0.01), _diagnoses(BASE_DIAGNOSES))
+
+
+def _set_dur(pick, value):
+    def fn(doc):
+        for e in pick(doc):
+            e["dur"] = value
+    return fn
+
+
+def _dup_markers(doc):
+    doc["traceEvents"] += [dict(e) for e in _steps(doc)]
+
+
+def _overlapping_markers(doc):
+    for e in _steps(doc)[:-1]:
+        e["dur"] += 5000  # each runs 5 ms into the next
+    
+
+def _nested_markers(doc):
+    # each marker wrapped by a range of its own name 1 ms larger on both sides
+    doc["traceEvents"] += [dict(e, ts=e["ts"] - 1000, dur=e["dur"] + 2000) for e in _steps(doc)]
+
+
+def _bad_host_name(d: Path) -> Path:
+    run = d / "run"
+    run.mkdir()
+    (run / "trace.json").write_bytes(_text().replace(b'"host_name": "', b'"host_name": "\xff', 1))
+    return run
+
+
+def _huge_rank(doc):
+    doc["distributedInfo"]["rank"] = 10**9
+
+
+def _step_zero(doc):
+    _steps(doc)[1]["dur"] = 0
+
+
+def _file(build, name: str):
+    """The one file ``build`` made, for the upload."""
+    return lambda d: build(d) / name
+
+
+def _zip_run(manifest: bytes):
+    def build(d: Path) -> Path:
+        import zipfile
+
+        z = d / "run.zip"
+        with zipfile.ZipFile(z, "w") as zf:
+            zf.writestr("manifest.json", manifest)
+            zf.write(TRACES / RUN / "rank0.pt.trace.json.gz", "rank0.pt.trace.json.gz")
+        return z
+    return build
+
+
+CASES: list[Case] = [
+    Case("baseline", "baseline", "rank 0 of the committed run alone, unmodified", _edit(lambda doc: None), "result", check=_BASE),
+    # deep JSON
+    Case("deep_header", "deep JSON", f"a trace whose header holds arrays nested {DEEP} deep", _deep_header("rank0.pt.trace.json"),
+         "error", "nested about 1000 levels deep"),
+    Case("deep_header_foreign", "deep JSON", "the same under a foreign name (`a.json`)", _deep_header("a.json"), "error",
+         "nested about 1000 levels deep"),
+    Case("deep_args", "deep JSON", f"one op's `args` nested {DEEP} deep", _deep_args("rank0.pt.trace.json"), "error",
+         "nested about 1000 levels deep"),
+    Case("deep_args_foreign", "deep JSON", "the same under a foreign name (`b.json`)", _deep_args("b.json"), "error",
+         "nested about 1000 levels deep"),
+    Case("deep_args_500", "deep JSON", "one op's `args` nested 500 deep (within the bound)", _deep_args("rank0.pt.trace.json", 500),
+         "result", check=_BASE),
+    Case("deep_report", "deep JSON", "`workbench report` on the deep header", _deep_header("rank0.pt.trace.json"), "error",
+         "nested about 1000 levels deep", argv=("report", "--html", "{tmp}/r.html")),
+    # unbounded text
+    Case("padding_60mib", "unbounded text", "one event, then 60 MiB of whitespace (gzip)", _padded("rank0.pt.trace.json.gz", 60 / 1024),
+         "result", check=_steps_n(1)),
+    Case("padding_4gib", "unbounded text", "one event, then 4 GiB of whitespace (4 MB of gzip)", _padded("rank0.pt.trace.json.gz", 4),
+         "error", "cannot be read in bounded memory"),
+    Case("padding_4gib_foreign", "unbounded text", "the same under a foreign name", _padded("padded.json.gz", 4), "error",
+         "cannot be read in bounded memory"),
+    # many events
+    Case("tiny_events_2gib", "many tiny events", "2 GiB of 48.8M tiny events (7 MB of gzip)", _tiny(48_800_000), "error",
+         "more than the 20,000,000"),
+    Case("tiny_events_over_limit", "many tiny events", "300k tiny events with `WORKBENCH_MAX_EVENTS=100000`", _tiny(300_000),
+         "error", "more than 100,000 events", env={"WORKBENCH_MAX_EVENTS": "100000"}),
+    Case("tiny_events_under_limit", "many tiny events", "300k tiny events (one step of 1 ms)", _tiny(300_000), "result",
+         check=_steps_n(1)),
+    Case("unique_names", "many tiny events", "1.1M events, each of its own name", _unique_names(1_100_000), "error",
+         "distinct event names"),
+    # manifest
+    Case("manifest_directory", "manifest", "`manifest.json` is a directory", _manifest(directory=True), "error", "not a regular file"),
+    Case("manifest_schema_text", "manifest", '`schema_version: "x"`', _manifest(lambda m: m.update(schema_version="x")), "error",
+         "is not a version number"),
+    Case("manifest_world_size_text", "manifest", '`world_size: "two"`', _manifest(lambda m: m.update(world_size="two")), "result",
+         "world_size is \"two\"", check=_ranks([0, 1])),
+    Case("manifest_deep", "manifest", "`manifest.json` nested 100k deep", _deep_manifest, "error", "nested more than 64 levels"),
+    Case("manifest_non_utf8", "manifest", "a non-UTF-8 byte in `manifest.json`", _non_utf8_manifest, "error", "not UTF-8"),
+    Case("manifest_deep_cached", "manifest", "the deep manifest, analysed with the cache (text mode)", _deep_manifest, "error",
+         "nested more than 64 levels", argv=("analyze",)),
+    Case("manifest_directory_report", "manifest", "`report` on the manifest directory", _manifest(directory=True), "error",
+         "not a regular file", argv=("report", "--html", "{tmp}/r.html")),
+    Case("manifest_deep_report", "manifest", "`report` on the deep manifest", _deep_manifest, "error", "nested more than 64",
+         argv=("report", "--html", "{tmp}/r.html")),
+    Case("manifest_non_utf8_from_run", "manifest", "`plan --from-run` on the non-UTF-8 manifest", _non_utf8_manifest, "error",
+         "not UTF-8", argv=("plan", "--from-run")),
+    Case("manifest_deep_calibrate", "manifest", "`plan --calibrate` on the deep manifest", _deep_manifest, "error",
+         "nested more than 64", argv=("plan", "engine-370m", "--gpus", "8", "--gpu", "H200", "--calibrate")),
+    # file names
+    Case("name_not_utf8", "file names", "a trace named `r\\xffank0.json.gz` (text mode, `PYTHONIOENCODING=utf-8`)",
+         _odd_name(b"r\xffank0.json.gz"), "result", argv=("analyze",), env={"PYTHONIOENCODING": "utf-8"}),
+    Case("name_not_utf8_json", "file names", "the same, `--json`", _odd_name(b"r\xffank0.json.gz"), "result", "took 1 trace file",
+         check=_BASE, env={"PYTHONIOENCODING": "utf-8"}),
+    # the cache
+    Case("cache_result_empty", "cache", "cached `analysis.json` body `{}` under the right key", _cached(_result_body(lambda a: {})),
+         "result", "ignoring an unreadable analysis cache", check=_ranks([0, 1])),
+    Case("cache_result_text", "cache", 'cached body `"x"`', _cached(_result_body(lambda a: "x")), "result",
+         "ignoring an unreadable analysis cache", check=_ranks([0, 1])),
+    Case("cache_result_no_summary", "cache", "cached body without `summary` (text mode)",
+         _cached(_result_body(lambda a: {k: v for k, v in a.items() if k != "summary"})), "result",
+         "ignoring an unreadable analysis cache", argv=("analyze",)),
+    Case("cache_index_rank_renamed", "cache", "`index.json` with rank 1 renamed 7", _cached(_rename_rank), "result",
+         "ignoring an unreadable analysis cache", check=_ranks([0, 1])),
+    # the app's upload (workbench.uploads.store_upload, through tests/scripts/upload_one.py)
+    Case("upload_ok", "app upload", "the committed rank-0 trace", _file(_edit(lambda doc: None), "rank0.pt.trace.json"),
+         "result", argv=("upload",)),
+    Case("upload_deep_header", "app upload", "the deep-header trace", _file(_deep_header("rank0.pt.trace.json"), "rank0.pt.trace.json"),
+         "error", "nested about 1000 levels deep", argv=("upload",)),
+    Case("upload_padding_4gib", "app upload", "the 4 GiB padded gzip", _file(_padded("rank0.pt.trace.json.gz", 4), "rank0.pt.trace.json.gz"),
+         "error", "cannot be read in bounded memory", argv=("upload",)),
+    Case("upload_tiny_events_2gib", "app upload", "the 48.8M tiny events", _file(_tiny(48_800_000), "rank0.pt.trace.json.gz"),
+         "error", "more than the 20,000,000", argv=("upload",)),
+    Case("upload_zip_deep_manifest", "app upload", "a zipped run whose manifest is nested 100k deep",
+         _zip_run(b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), "error", "nested more than 64", argv=("upload",)),
+    # implausible timings
+    Case("step_zero", "implausible timings", "ProfilerStep#4 of duration 0", _edit(_step_zero), "result", "of no duration",
+         check=_steps_n(2)),
+    Case("step_negative", "implausible timings", "ProfilerStep#4 of duration −15.9 ms",
+         _edit(lambda doc: _steps(doc)[1].update(dur=-15927.3)), "result", "negative duration", check=_steps_n(2)),
+    Case("step_1e18", "implausible timings", "ProfilerStep#5 of 1e18 µs", _edit(lambda doc: _steps(doc)[2].update(dur=1e18)),
+         "result", "past the trace's end", check=_all(_steps_n(2), lambda j: None if j["summary"]["breakdown_pct"]["idle"] < 50
+                                                       else f"idle {j['summary']['breakdown_pct']['idle']}%")),
+    Case("ops_1e15", "implausible timings", "every 1500th op (6) of 1e15 µs", _edit(_set_dur(lambda doc: _ops(doc)[::1500], 1e15)), "result",
+         "past the trace's end", check=_all(_steps_n(3), _diagnoses(BASE_DIAGNOSES))),
+    Case("ops_1e300", "implausible timings", "every 10th op of 1e300 µs", _edit(_set_dur(lambda doc: _ops(doc)[::10], 1e300)),
+         "result", "past the trace's end", check=_all(_steps_n(3), lambda j: None if j["summary"]["breakdown_pct"]["communication"] < 50
+                                                      else f"communication {j['summary']['breakdown_pct']['communication']}%")),
+    Case("markers_duplicated", "implausible timings", "every ProfilerStep marker written twice", _edit(_dup_markers), "result",
+         "marked more than once", check=_BASE),
+    Case("markers_overlapping", "implausible timings", "markers running 5 ms into the next", _edit(_overlapping_markers), "result",
+         "run past the start of the next", check=_BASE),
+    Case("markers_nested", "implausible timings", "each marker wrapped by one of its name 1 ms larger each side",
+         _edit(_nested_markers), "result", "marked more than once", check=_BASE),
+    Case("host_name_not_utf8", "implausible timings", "a foreign-named trace with a non-UTF-8 byte in `host_name`", _bad_host_name,
+         "result", "took 1 trace file", check=_BASE),
+    Case("rank_beyond_world", "implausible timings", "`distributedInfo.rank` 10⁹ with world size 2", _edit(_huge_rank), "result",
+         "rank 1000000000 of world size 2", check=_ranks([0])),
+    Case("host_ahead_eager", "implausible timings", "`gpu_host_ahead_eager` without `gpu_step_ms` (host 1.5 ms, GPU 4.6 ms)",
+         _without_gpu_clock("gpu_host_ahead_eager"), "result", "host ran ahead",
+         check=_near("step_ms", _gpu_truth("gpu_host_ahead_eager"), 0.10)),
+    Case("host_ahead_graphs", "implausible timings", "`gpu_host_ahead_graphs` without `gpu_step_ms`",
+         _without_gpu_clock("gpu_host_ahead_graphs"), "result", "host ran ahead",
+         check=_near("step_ms", _gpu_truth("gpu_host_ahead_graphs"), 0.10)),
+    Case("host_ahead_sync", "implausible timings", "the same with a sync every 5 steps from step 10, the last period open",
+         _without_gpu_clock("gpu_host_ahead_graphs", 5), "result", "sync to sync",
+         check=_near("step_ms", _gpu_truth("gpu_host_ahead_graphs"), 0.10)),
+]
+BY_NAME = {c.name: c for c in CASES}
+assert len(BY_NAME) == len(CASES)
+
+
+# ---- running a case ------------------------------------------------------------------------------
+
+def _env(extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return {**env, **extra}
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+def observe(case: Case, d: Path) -> Observed:
+    """Build ``case`` under the empty directory ``d``, run its command, classify what happened."""
+    target = case.build(d)
+    argv = [a.replace("{tmp}", str(d)) for a in case.argv]
+    if argv == ["upload"]:
+        cmd = [sys.executable, str(ROOT / "tests" / "scripts" / "upload_one.py"), str(d / "uploads"), "up", str(target)]
+    else:
+        cmd = [sys.executable, "-m", "workbench", *argv, str(target)]
+    out, err = d / "stdout.txt", d / "stderr.txt"
+    start = time.monotonic()
+    with out.open("wb") as o, err.open("wb") as e:
+        p = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=_env(case.env), preexec_fn=_limit)
+        hung = False
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > case.timeout_s:
+                p.kill()
+                _, status, usage = os.wait4(p.pid, 0)
+                hung = True
+                break
+            time.sleep(0.05)
+    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
+    seconds = time.monotonic() - start
+    rss = usage.ru_maxrss / 1024
+    stderr = err.read_text(errors="backslashreplace")
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    code = p.returncode
+    problem = None
+    message = first
+    if hung:
+        problem = "hang"
+    elif "Traceback" in stderr or code not in (0, 2):
+        problem = "traceback"
+    elif rss > MAX_RSS_MB:
+        problem = f"nonsense: peak RSS {rss:.0f} MB over {MAX_RSS_MB} MB"
+    elif case.expect == "error":
+        if code != 2:
+            problem = "nonsense: exit 0 where an error was due"
+        elif case.says not in first or not first.startswith("workbench: error:"):
+            problem = f"nonsense: the error does not say {case.says!r}"
+    else:
+        problem, message = _judge_result(case, code, out.read_text(errors="backslashreplace"), stderr)
+    message = message.replace(str(d), "DIR").encode("utf-8", "backslashreplace").decode()  # a name's lone surrogates
+    return Observed(code, message, round(rss), round(seconds, 1), problem)
+
+
+def _judge_result(case: Case, code: int, stdout: str, stderr: str) -> tuple[str | None, str]:
+    if code != 0:
+        return f"nonsense: exit {code} where a result was due", stderr.strip().splitlines()[0] if stderr.strip() else ""
+    if "RuntimeWarning" in stderr:
+        return "nonsense: a numpy warning on stderr", ""
+    if case.argv == ("upload",):
+        return (None, "") if stdout.strip() else ("nonsense: the upload stored nothing", "")
+    if "--json" not in case.argv:
+        if not stdout.strip():
+            return "nonsense: no output", ""
+        said = next((ln for ln in stderr.splitlines() if case.says in ln), None) if case.says else ""
+        return (None, said) if said is not None else (f"nonsense: nothing says {case.says!r}", "")
+    try:
+        j = json.loads(stdout)
+    except ValueError:
+        return "nonsense: --json printed no JSON document", ""
+    if not isinstance(j, dict) or not isinstance(j.get("summary"), dict) or not isinstance(j.get("run"), dict):
+        return "nonsense: --json printed no analysis", ""
+    warnings = j["run"].get("warnings") or []
+    said = next((w for w in warnings + stderr.splitlines() if case.says in w), None) if case.says else ""
+    if said is None:
+        return f"nonsense: no warning says {case.says!r}", ""
+    s = j["summary"]
+    step = s.get("step_ms")
+    if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
+        return f"nonsense: step {step}", said
+    shares = s.get("breakdown_pct") or {}
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in shares.values()) or abs(sum(shares.values()) - 100) > 0.5:
+        return f"nonsense: shares {shares}", said
+    if case.check and (why := case.check(j)):
+        return f"nonsense: {why}", said
+    return None, said
