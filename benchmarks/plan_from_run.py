@@ -37,21 +37,22 @@ def row(run: Path) -> str:
         req = build_request(from_run=str(run), top=1)
         fr = from_run_json(req, plan(req))
     except WorkbenchError as e:
-        return f"| {name} | – | – | – | – | – | – | {str(e).split(': ', 1)[-1][:90]} |"
+        return f"| {name} | – | – | – | – | – | – | – | {str(e).split(': ', 1)[-1][:90]} |"
     m, p, e = fr["measured"], fr["predicted"], fr["error_pct"]
 
     def f(x, fmt="{:,.1f}"):
         return "–" if x is None else fmt.format(x)
 
-    return (f"| {name} | {fr['source']} | {p['layout_key']} | {f(m['step_ms'])} | {f(p['step_ms'])} | "
+    return (f"| {name} | {fr['source']} | {p['layout_key']} | {f(m['step_ms'])} | {f(m.get('data_wait_ms'))} | {f(p['step_ms'])} | "
             f"{f(e['step'], '{:+.1f} %')} | {f(m['peak_memory_gib'], '{:.2f}')} / {f(p['memory_gib'], '{:.2f}')} "
             f"({f(e['memory'], '{:+.1f} %')}) | {'; '.join(fr['assumed'])[:90] or '–'} |")
 
 
 def main(argv: list[str]) -> int:
     runs = [Path(a) for a in argv] or gpu_runs()
-    print("| run | from | layout | measured step (ms) | predicted (ms) | error | peak GiB measured / predicted | assumed |")
-    print("|---|---|---|---:|---:|---:|---:|---|")
+    print("| run | from | layout | measured step (ms) | of which data wait | predicted (ms) | error | "
+          "peak GiB measured / predicted | assumed |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
     for run in runs:
         print(row(run), flush=True)
     return 0

@@ -276,3 +276,19 @@ def test_a_host_bound_recomputing_run_calibrated_on_itself_predicts_its_own_step
     fr = from_run_json(req, plan(req))
     assert fr["source"] == "manifest" and fr["predicted"]["layout_key"].endswith("recompute=full,sp=0")
     assert abs(fr["error_pct"]["step"]) < 1.0
+
+
+def test_a_data_starved_run_is_planned_without_its_loader_wait():
+    """case_gpu_0_baseline waits 690 ms a step on its data loader: the calibration does not take
+    that wait for a slow host, so the run's layout is predicted at what the GPU and host need
+    (the step less the wait), and the plan says what the measured step holds."""
+    from workbench.plan.from_run import from_run_json
+    from workbench.plan.request import build_request
+    from workbench.plan.search import plan
+
+    req = build_request(from_run=str(TRACES / "case_gpu_0_baseline"))
+    fr = from_run_json(req, plan(req))
+    m = fr["measured"]
+    assert m["data_wait_ms"] == pytest.approx(690.5, abs=1) and m["step_ms"] == pytest.approx(808.1, abs=0.5)
+    assert fr["predicted"]["step_ms"] == pytest.approx(m["step_ms"] - m["data_wait_ms"], rel=0.05)
+    assert fr["alternatives"][0]["anchored_step_ms"] < 1.1 * (m["step_ms"] - m["data_wait_ms"])

@@ -104,6 +104,13 @@ def gemm_calls_in_buckets(calls: list[tuple[float, float]], per_decade: int = 4)
     return [c for c, k in zip(calls, key) if count[k] >= 2]
 
 
+def data_wait_ms(doc: dict) -> float:
+    """Mean time per step the job's loop waited on its data loader (``summary.job``), 0 if none said."""
+    job = [j for j in ((doc.get("summary") or {}).get("job") or []) if isinstance(j, dict)]
+    waits = [float(j["data_wait_ms"]) for j in job if isinstance(j.get("data_wait_ms"), (int, float))]
+    return sum(waits) / len(waits) if waits else 0.0
+
+
 def _per_step(doc: dict, classes: tuple[str, ...], *, exclude_sub: tuple[str, ...] = ()) -> float:
     eff = doc.get("efficiency") or {}
     steps = max(1, int(doc["summary"]["steps"] or 1)) * max(1, int(doc["run"]["world_size"] or 1))
@@ -193,8 +200,13 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
             opt[1] += opt_s * hbm
         kernels = sum(c["kernels"] for c in e["classes"]) / max(1, int(doc["summary"]["steps"] or 1))
         kernel_s = _per_step(doc, tuple({c["class"] for c in e["classes"]}), exclude_sub=HOST_COPIES)
-        # the steady (unprofiled) steps where the run has them, else the job's step
+        # the steady (unprofiled) steps where the run has them, else the job's step; less the time
+        # the loop waited on its data loader (not the host launching kernels: a stalled loader
+        # would otherwise pass for a slow host and follow every alternative)
         steady = (doc.get("metrics") or {}).get("steady_step_ms") or (doc.get("summary") or {}).get("step_ms")
+        wait = data_wait_ms(doc)
+        if steady and wait:
+            steady = max(0.0, steady - wait)
         # per block and micro-batch as timing counts them: a fully recomputing run's kernels
         # include the forward's second launch, which the timing adds back for full recomputation
         layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch) * (

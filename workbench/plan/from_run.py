@@ -73,6 +73,8 @@ class RunJob:
     """The job's step (``summary.step_ms``)."""
     measured_peak_bytes: float | None
     """The allocator's peak allocated bytes on the rank that peaked."""
+    data_wait_ms: float = 0.0
+    """Of the measured step, the time the loop waited on its data loader (the planner assumes none)."""
     taken: dict = field(default_factory=dict)
     """The inferred fields used: ``{name: {value, source, confidence}}``."""
     assumed: tuple[str, ...] = ()
@@ -92,7 +94,8 @@ class RunJob:
         return {"path": self.path, "name": self.name, "device": self.device, "source": self.source,
                 "measured": {"step_ms": None if self.measured_step_ms is None else round(self.measured_step_ms, 3),
                              "peak_memory_gib": None if self.measured_peak_bytes is None
-                             else round(self.measured_peak_bytes / 2**30, 3)},
+                             else round(self.measured_peak_bytes / 2**30, 3),
+                             "data_wait_ms": round(self.data_wait_ms, 3)},
                 "inferred": self.taken, "assumed": list(self.assumed)}
 
 
@@ -101,6 +104,7 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     """What ``run`` ran: an engine run's manifest config exactly, else the model its analysis
     inferred (``model``: a MODEL argument that replaces the inferred shape). ``doc``: the run's
     analysis when the caller has it (else it is read from the cache or analysed)."""
+    from workbench.plan.calibrate import data_wait_ms
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.model import model_spec
 
@@ -116,11 +120,12 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
         return RunJob(name=case.name, path=str(run), model=case.model, layout=case.layout,
                       global_batch=case.global_batch, stack=case.stack, dtype=case.stack.dtype, gpus=case.world,
                       device=case.device, device_name=case.device_name, measured_step_ms=step,
-                      measured_peak_bytes=peak, source="manifest", doc=doc)
+                      measured_peak_bytes=peak, data_wait_ms=data_wait_ms(doc) if doc else 0.0, source="manifest",
+                      doc=doc)
     doc = doc or analysis_of(p)
     job = run_model(doc, name=p.name, model=model_spec(model) if model else None, global_batch=global_batch)
     step, peak = measured_of(doc, p)
-    return replace(job, path=str(run), measured_step_ms=step, measured_peak_bytes=peak,
+    return replace(job, path=str(run), measured_step_ms=step, measured_peak_bytes=peak, data_wait_ms=data_wait_ms(doc),
                    source="MODEL" if model else "traces", doc=doc)
 
 
@@ -306,7 +311,9 @@ def from_run_json(req, result) -> dict:
     alts = []
     if given is not None and pred_step:
         run_rate = req.global_batch / pred_step / req.cluster.gpus
-        anchor = meas["step_ms"] / pred_step if meas.get("step_ms") else None
+        # anchored on what the run measured, less its wait on data (which no layout changes)
+        busy = (meas.get("step_ms") or 0) - (meas.get("data_wait_ms") or 0)
+        anchor = busy / pred_step if busy > 0 else None
         c = req.cluster
         for k in SCALES:
             cluster = c if k == 1 else make_cluster(c.gpu.name, c.gpus * k, max(c.gpus_per_node, min(8, c.gpus * k)),
@@ -348,6 +355,9 @@ def print_from_run(fr: dict, con) -> None:
     con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}")
     con.print(f"  step: {pair(pred.get('step_ms'), meas.get('step_ms'), err.get('step'), 'ms')}")
     con.print(f"  peak memory: {pair(pred.get('memory_gib'), meas.get('peak_memory_gib'), err.get('memory'), 'GiB')}")
+    if meas.get("data_wait_ms") and meas.get("step_ms") and meas["data_wait_ms"] > 0.05 * meas["step_ms"]:
+        con.print(f"  (of the measured step, {meas['data_wait_ms']:,.0f} ms per step waited on the data loader, which "
+                  "the plan assumes keeps up: fix the loader first)")
     if fr.get("device") == "cpu":
         con.print("  (the run ran on CPUs: its time and memory are not a GPU's; workbench compare RUN PLAN.json holds "
                   "its allocations and communication against this plan)")
