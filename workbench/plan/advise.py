@@ -65,6 +65,9 @@ class RunCase:
     """The job's step (unprofiled steps)."""
     measured_peak_bytes: float | None = None
     """The allocator's peak (reserved), on the rank that peaked."""
+    data_wait_ms: float = 0.0
+    """Of the measured step, the wait on the data loader: no layout changes it, so the anchor leaves
+    it out and every alternative keeps it (scaled with its samples per step)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -116,11 +119,13 @@ def _predict(case: RunCase, layout: Layout, stack: Stack, batch: int, cluster: C
 
 def _anchor(case: RunCase) -> _Anchor:
     step, mem, _ = _predict(case, case.layout, case.stack, case.global_batch, case.cluster)
-    ks = case.measured_step_ms / step if case.measured_step_ms else 1.0
+    busy = (case.measured_step_ms or 0.0) - case.data_wait_ms
+    ks = busy / step if busy > 0 else 1.0
     km = case.measured_peak_bytes / mem if case.measured_peak_bytes else 1.0
     parts = []
     if case.measured_step_ms:
-        parts.append(f"step x {ks:.2f} (the run measured {case.measured_step_ms:,.0f} ms, the planner says {step:,.0f})")
+        waited = f", {case.data_wait_ms:,.0f} of them waiting on data" if case.data_wait_ms else ""
+        parts.append(f"step x {ks:.2f} (the run measured {case.measured_step_ms:,.0f} ms{waited}, the planner says {step:,.0f})")
     if case.measured_peak_bytes:
         parts.append(f"memory x {km:.2f} (measured {case.measured_peak_bytes / 2**30:.1f} GiB, "
                      f"planned {mem / 2**30:.1f})")
@@ -202,7 +207,9 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
         if check_layout(case.model, lay, batch) is not None:
             continue
         step, mem, fits = _predict(case, lay, _stack_for(case, lay), batch, cluster)
-        step, mem = step * anchor.step, mem * anchor.mem
+        # the loader's wait stays, per sample of each GPU
+        wait = case.data_wait_ms * (batch / case.global_batch) * (case.cluster.gpus / cluster.gpus)
+        step, mem = step * anchor.step + wait, mem * anchor.mem
         cap = cluster.gpu.memory_bytes
         if not fits or mem > FIT_FRACTION * cap:
             continue
@@ -265,7 +272,8 @@ def run_case(run, doc: dict | None = None) -> RunCase | None:
     reserved = ((job.doc or {}).get("metrics") or {}).get("peak_reserved_gib")
     peak = reserved * 2**30 if isinstance(reserved, (int, float)) and reserved > 0 else job.measured_peak_bytes
     return RunCase(model=job.model, layout=job.layout, stack=job.stack, global_batch=job.global_batch, cluster=cluster,
-                   efficiencies=eff, measured_step_ms=job.measured_step_ms, measured_peak_bytes=peak)
+                   efficiencies=eff, measured_step_ms=job.measured_step_ms, measured_peak_bytes=peak,
+                   data_wait_ms=job.data_wait_ms or 0.0)
 
 
 def advise(doc: dict, run) -> dict:
