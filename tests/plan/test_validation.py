@@ -227,13 +227,13 @@ def test_a_gpu_plan_against_a_cpu_run_needs_the_plan_of_that_run(tmp_path):
 
 
 @pytest.mark.parametrize("how, word", [
-    ("a directory", "cannot be read"),
+    ("a directory", "not a regular file"),
     ("not UTF-8", "not UTF-8"),
-    ("nested 100k deep", "nested deeper"),
+    ("nested 100k deep", "nested more than"),
     ("a list", "JSON object"),
-    ("truncated", "not valid JSON"),
+    ("truncated", "invalid JSON"),
     ("n_layer 'x'", "layers"),
-    ("world_size 'two'", "engine config"),
+    ("world_size 'two'", "no trace to analyze"),  # the key is left out; the directory has no trace
     ("mode 'warp'", "engine config"),
     ("no data section", "engine config"),
 ])
