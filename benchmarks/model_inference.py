@@ -168,13 +168,21 @@ def measure(name: str, truth: dict) -> dict:
 
     a = analyze_run(TRACES / name)
     recorded = tokens_per_s(steady_summary(a.context.steps, warmup=a.context.steps_warmup))
-    if recorded is None and truth.get("tokens_per_step"):
+    if recorded is None and (truth.get("tokens_per_step") or truth.get("global_tokens_per_step")):
         # a script that counts no tokens: its true tokens per step over its own timer's step
         from benchmarks import corpus
         from statistics import mean
 
         e = corpus.BY_NAME.get(name.split("/", 1)[-1])
-        if e and e.timer:
+        if "llama_" in name:  # tests/scripts/llama_trainer.py: "step N: …, time X ms" over the job's steps
+            (job,) = doc["summary"]["job"] or [None]
+            own = {int(k): float(t) for k, t in re.findall(r"^step (\d+): .*? time ([\d.]+) ms", (TRACES / name / "console.log").read_text(), re.M)}
+            from workbench.analysis.throughput import steady_steps
+
+            steady = set(int(x) for x in steady_steps(a.context.steps[0], a.context.steps_warmup)["step"])
+            steps = [t for k, t in own.items() if k in steady]
+            recorded = truth["global_tokens_per_step"] / (mean(steps) / 1e3) if steps else None
+        elif e and e.timer:
             own = corpus.own_times(e, (TRACES / name / "console.log").read_text())
             (job,) = doc["summary"]["job"] or [None]
             steps = [v for k, v in own.get("per_step", {}).items() if job and job["first_step"] <= k <= job["last_step"]]

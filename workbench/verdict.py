@@ -56,7 +56,7 @@
         "mfu_convention", "mfu_note", "model_flops_per_step"   # per_step rows gain hfu_pct, hfu_bf16_pct
       },
       "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}}
-                                        # analysis.model.run_model: the model the traces show
+                                        # analysis.model_run.run_model: the model the traces show
     }
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
 Keys are only ever added to this schema, never renamed or removed.
@@ -77,7 +77,8 @@ from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
 from workbench.analysis.memory import GIB
-from workbench.analysis.model import CONVENTION, run_model, value
+from workbench.analysis.model import CONVENTION, value
+from workbench.analysis.model_run import run_model
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
 from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
@@ -178,7 +179,7 @@ class Analysis:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
     def model_json(self) -> dict[str, Any]:
-        """The ``model`` JSON key: the model inferred from the traces (analysis.model.run_model)."""
+        """The ``model`` JSON key: the model inferred from the traces (analysis.model_run.run_model)."""
         if self._model is None:
             ranks = self.per_rank_frames(frames.MODEL)
             self._model = run_model(ranks, self.run.world_size)

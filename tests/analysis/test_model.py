@@ -242,7 +242,7 @@ def _megatron_cp_trace(tmp_path, rank: int):
 
 def test_flash_attn_package_and_megatron_groups_with_context_parallel(tmp_path):
     from workbench.analysis.frames import MODEL, RankFrames
-    from workbench.analysis.model import run_model
+    from workbench.analysis.model_run import run_model
 
     m = run_model({0: RankFrames.of_trace(_megatron_cp_trace(tmp_path, 0), 0)[MODEL]})
     f = {k: x["value"] for k, x in m["fields"].items()}
@@ -265,7 +265,7 @@ def test_a_trace_without_shapes_guesses_nothing(tmp_path):
     import json as _json
 
     from workbench.analysis.frames import MODEL, RankFrames
-    from workbench.analysis.model import run_model
+    from workbench.analysis.model_run import run_model
     from workbench.load.trace import read_trace
 
     f = tmp_path / "rank0.pt.trace.json"
