@@ -118,7 +118,7 @@ class Context:
     def model(self) -> dict:
         """The model behind the run (analysis.model.run_model over the ranks' ``model`` frames: the
         run's ``--json`` model block); a rule that reads it declares ``frames.MODEL``."""
-        from workbench.analysis.model import run_model
+        from workbench.analysis.model_run import run_model
 
         return run_model({r: self.frame(frames.MODEL, r) for r in self.ranks}, self.world_size)
 
