@@ -540,6 +540,14 @@ def _optimizer(ev: pd.DataFrame, names: pd.Series) -> dict | None:
     foreach = any(c.startswith("aten::_foreach_") for c in cats)
     how = (f"fused ({fused[0]})" if fused else "foreach (aten::_foreach_* ops)" if foreach
            else "per-parameter loop (no fused or foreach ops)")
+    if kind.endswith("Container") or kind in wrappers:
+        # a container of optimizers (torchtitan's OptimizersContainer) or a wrapper names no
+        # algorithm: the fused step it ran does (aten::_fused_adamw_ -> adamw)
+        algo = next((m.group(1) for c in fused if (m := re.match(r"aten::_fused_(\w+?)_$", c))), None)
+        if algo:
+            return field(algo, f"Optimizer.step#{kind}.step annotation around {fused[0]}; fused")
+        return field(kind.lower(), f"Optimizer.step#{kind}.step annotation (a container: its optimizer is not named); {how}",
+                     "low")
     return field(kind.lower(), f"Optimizer.step#{kind}.step annotation; {how}")
 
 
