@@ -13,6 +13,12 @@ nor warmed up on (:mod:`workbench.overhead`):
 - the capture's own work at a step edge (the trace export: 1.7–2.6 s on ``traces/case_gpu_*``)
   is the row's ``capture_ms``, in no step's time; in runs written before that column it sat in
   the GPU time of the step after the window, which then takes the host's figure.
+- the first steps after step 0 while they still warm up (allocator growth, autotuning, lazy
+  compilation): a leading steady step whose time less its wait on data exceeds
+  :data:`WARMUP_RATIO` × the median of the later ones, at most :data:`MAX_WARMUP_STEPS` of them
+  (torchtitan's Llama 3B: step 1 took 1,070 ms against ~565 ms after; nanoGPT and torchtitan
+  print their figures past such steps too). A step slow because it waited on data is kept: a
+  starved loader stalls in bursts, from the first step on, and throughput pays for every stall.
 - kept: steps after a pause that take batches the loader prefetched during it.
 
 **Step time** of a row is ``gpu_step_ms`` where capture recorded it (the GPU's clock), else the
@@ -36,6 +42,24 @@ from workbench.overhead import phases, row_times, steady_mask
 
 SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_ms", "median_step_ms", "data_wait_ms", "tokens",
                    "clock"]
+WARMUP_RATIO = 1.25
+"""A leading steady step this much slower (its wait on data apart) than the median of the later
+ones is still warming up (run-to-run noise of steady steps on an H200: a few %)."""
+MAX_WARMUP_STEPS = 2
+"""At most this many leading steady steps are taken as warm-up (step 0 is never steady)."""
+
+
+def warmup_steps(t: pd.Series, wait: pd.Series, keep: int = 3) -> int:
+    """How many of the leading steady steps (times ``t``, data waits ``wait``, in step order) are
+    still warming up (see the module docstring); at least ``keep`` steps stay."""
+    work = t - wait.reindex(t.index).fillna(0.0).clip(lower=0.0)
+    n = 0
+    while n < MAX_WARMUP_STEPS and len(t) - n - 1 >= keep:
+        if work.iloc[n] > WARMUP_RATIO * float(work.iloc[n + 1:].median()):
+            n += 1
+        else:
+            break
+    return n
 
 
 def step_time_ms(steps: pd.DataFrame, warmup: int | None = None) -> pd.Series:
@@ -68,6 +92,9 @@ def steady_summary(steps: dict[int, pd.DataFrame | None] | None, min_steps: int 
         if len(t) < min_steps:
             continue
         s = s.loc[t.index]
+        wait = s["data_wait_ms"].astype(float) if "data_wait_ms" in s else pd.Series(0.0, index=s.index)
+        n = warmup_steps(t, wait, keep=max(min_steps, 1))
+        s, t = s.iloc[n:], t.iloc[n:]
         rows.append({
             "rank": int(rank), "steps": len(s), "first_step": int(s["step"].min()), "last_step": int(s["step"].max()),
             "step_ms": float(t.mean()), "median_step_ms": float(t.median()),
