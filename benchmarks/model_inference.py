@@ -1,6 +1,8 @@
 """The model inferred from each committed run (workbench.analysis.model) against the true one.
 
-Truth, where it is known: the engine's runs carry their config in the manifest (``traces/engine_*``,
+Truth, where it is known: tests/scripts/llama_trainer.py's runs print their own parameters and
+torchtitan's FLOPs per token (``tests/analysis/data/llama_cpu_*``: GQA, SwiGLU, an untied head,
+FSDP2, recomputation none / selective / full); the engine's runs carry their config in the manifest (``traces/engine_*``,
 ``case_*``, ``fault_*``, ``plan_gpu_*``, ``gpu_fsdp2_370m``); nanoGPT's runs are GPT-2 124M with
 the arguments traces/README.md lists (``--batch_size=12 --gradient_accumulation_steps=4``;
 ``bench.py``: batch 12, one micro-batch); ImageNet and timm runs are torchvision's/timm's
@@ -82,6 +84,30 @@ def corpus_truth(name: str) -> dict | None:
     return None
 
 
+DATA = ROOT / "tests" / "analysis" / "data"
+LLAMA_LINE = re.compile(r"model: ([\d,]+) parameters \(([\d,]+) without the token embedding\), ([\d,]+) FLOPs per token, "
+                        r"([\d,]+) tokens per step")
+
+
+def llama_truth(run: Path) -> dict | None:
+    """tests/scripts/llama_trainer.py's own print (parameters, torchtitan's FLOPs per token, tokens
+    per step) and its command's arguments."""
+    found = LLAMA_LINE.search((run / "console.log").read_text())
+    cmd = json.loads((run / "manifest.json").read_text())["command"]
+    if not found:
+        return None
+    arg = {k: int(v) for k, v in re.findall(r"--([a-z-]+) (\d+)", cmd)}
+    params, non_emb, fpt, tokens = (int(x.replace(",", "")) for x in found.groups())
+    ac = re.search(r"--ac (\w+)", cmd).group(1)
+    fsdp = "--fsdp" in cmd
+    return {"params_total": params, "params_non_embedding": non_emb, "model_flops_per_token": fpt,
+            "global_tokens_per_step": tokens, "layers": arg["layers"], "hidden": arg["dim"], "heads": arg["heads"],
+            "kv_heads": arg["kv-heads"], "head_dim": arg["dim"] // arg["heads"], "ffn": arg["ffn"], "gated": True,
+            "vocab": arg["vocab"], "tied": False, "seq": arg["seq"], "micro_batch": arg["batch"],
+            "micro_batches": arg.get("accum", 1), "recompute": ac, "optimizer": "adamw",
+            "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0}}
+
+
 def runs() -> list[tuple[str, dict]]:
     out = []
     for p in sorted(TRACES.iterdir()):
@@ -92,6 +118,10 @@ def runs() -> list[tuple[str, dict]]:
         t = corpus_truth(p.name)
         if t is not None:
             out.append((f"corpus/{p.name}", t))
+    for p in sorted(DATA.glob("llama_*")):
+        t = llama_truth(p)
+        if t is not None:
+            out.append((str(p.relative_to(TRACES)) if p.is_relative_to(TRACES) else f"../tests/analysis/data/{p.name}", t))
     return out
 
 

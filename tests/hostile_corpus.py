@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from tests.conftest import TRACES
-from tests.hostile_gen import repeated, tiny_events, write_gzip
+from tests.hostile_gen import real_events, repeated, tiny_events, write_gzip
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "analysis" / "data"
@@ -158,6 +158,15 @@ def _tiny(n: int):
         run = d / "run"
         run.mkdir()
         write_gzip(run / "rank0.pt.trace.json.gz", tiny_events(n))
+        return run
+    return build
+
+
+def _real_events(gib: float):
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        write_gzip(run / "rank0.pt.trace.json.gz", real_events(_text(), int(gib * 2**30)))
         return run
     return build
 
@@ -390,6 +399,10 @@ CASES: list[Case] = [
     # many events
     Case("tiny_events_2gib", "many tiny events", "2 GiB of 48.8M tiny events (7 MB of gzip)", _tiny(48_800_000), "error",
          "more than the 20,000,000"),
+    Case("tiny_events_9gib", "many tiny events", "9 GiB of 220M tiny events", _tiny(220_000_000), "error",
+         "more than 8 GiB"),
+    Case("real_events_9gib", "many tiny events", "9 GiB of the committed trace's events, repeated (gzip)", _real_events(9),
+         "error", "more than 8 GiB"),
     Case("tiny_events_over_limit", "many tiny events", "300k tiny events with `WORKBENCH_MAX_EVENTS=100000`", _tiny(300_000),
          "error", "more than 100,000 events", env={"WORKBENCH_MAX_EVENTS": "100000"}),
     Case("tiny_events_under_limit", "many tiny events", "300k tiny events (one step of 1 ms)", _tiny(300_000), "result",

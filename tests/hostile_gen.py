@@ -40,3 +40,14 @@ def tiny_events(n_events: int, step_us: float | None = None) -> list[tuple[bytes
             b'"ts": 0, "dur": ' + str(step_us or 1000).encode() + b'}')
     unit = b',{"ph":"X","name":"a","ts":1,"dur":1,"pid":1}'
     return [(head, 1), *repeated(unit, n_events * len(unit)), (b"]}", 1)]
+
+
+def real_events(text: bytes, total: int) -> list[tuple[bytes, int]]:
+    """A trace of ``total`` bytes whose events are a real trace's (``text``: its JSON), repeated."""
+    import json
+
+    events = [e for e in json.loads(text)["traceEvents"] if e.get("ph") == "X"]
+    # a few KB of events: repeats within deflate's 32 KB window compress ~1000:1, as tiny events do
+    block = b"".join(b"," + json.dumps(e).encode() for e in events[100:110])
+    head = b'{"traceEvents": [' + json.dumps(events[0]).encode()
+    return [(head, 1), *repeated(block, total), (b"]}", 1)]

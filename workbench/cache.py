@@ -47,9 +47,9 @@ ANALYZE_SCHEMA = "workbench.analyze/1"  # the json_schema of a cached --json doc
 RESULT = "analysis.json"  # the last --json document, beside the summaries
 INDEX = "index.json"
 SOURCES = ("kineto.py", "contract.py", "manifest.py", "jsonscan.py", "peaks.py", "devices.py", "discover.py", "overhead.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
-           "load", "analysis", "diagnose")
-"""The code that computes frames and rules (paths in the workbench package): its hash is part of
-the key. tests/test_imports.py checks that everything ``workbench.verdict`` imports is here."""
+           "load", "analysis", "diagnose", "plan")
+"""The code that computes frames and rules (paths in the workbench package), and the planner that
+answers their findings in the cached document (plan.advise): its hash is part of the key. tests/test_imports.py checks that everything ``workbench.verdict`` imports is here."""
 
 
 def cache_dir(run_path: Path) -> Path:

@@ -58,8 +58,12 @@ def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = 
     from workbench.verdict import analyze_run
 
     def run(progress: Callable | None = None) -> dict:
+        from workbench.plan.advise import advise
+
         a = analyze_run(path, progress=progress, workers=workers, cache=cache, executor=executor, peak=peak)
-        return json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
+        doc = json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
+        # the findings a plan answers get the planner's alternatives, calibrated on this run
+        return advise(doc, path)
 
     if bar:
         from rich.progress import Progress
@@ -113,6 +117,13 @@ def print_analysis(doc: dict, con=None) -> None:
         gain = d["estimated_gain"]
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
+        elif gain.get("protects"):
+            con.print(f"         protects: {gain['protects']}")
+        for alt in (d.get("alternatives") or [])[:ALTERNATIVES_SHOWN]:
+            con.print(f"         planner: {alternative_line(alt)}")
+        if d.get("alternatives") == []:
+            con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
+                      "or nothing beats the run by 3 %)")
     _print_model(doc.get("model"), doc.get("metrics") or {}, con)
     _print_efficiency(doc.get("efficiency"), con)
     con.print(f"[bold]verdict:[/] {doc['verdict']}")
@@ -144,6 +155,17 @@ def _print_model(model: dict | None, metrics: dict, con) -> None:
     con.print(f"[bold]model:[/] {', '.join(parts)}")
     if metrics.get("tokens_per_s"):
         con.print(f"  tokens/s: {metrics['tokens_per_s']:,.0f}")
+
+
+ALTERNATIVES_SHOWN = 2
+
+
+def alternative_line(a: dict) -> str:
+    """One alternative of ``--json``'s ``diagnoses[].alternatives`` in words (plan.advise.Alternative.line)."""
+    tight = " - too tight" if a.get("tight") else ""
+    per = " per GPU" if a.get("gpus", 1) != 1 else ""
+    return (f"{a['change']}: {a['memory_gib']:.1f} GiB of {a['capacity_gib']:.1f} ({a['headroom_pct']:.0f} % free{tight}), "
+            f"{a['step_ms']:,.0f} ms per step ({a['speedup']:.2f}x{per})")
 
 
 def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:

@@ -143,12 +143,14 @@ their args decoded (into the events' ``op_args`` column): decoding every op's ar
 500k-event trace slow. Container ops (aten::linear, aten::matmul, aten::conv2d) are left out on
 purpose: their children carry the FLOPs with the dtype that really ran (under autocast
 aten::linear sees fp32 weights, its aten::addmm bf16 ones)."""
-MODEL_OP = re.compile(r"^(?:aten::embedding|torch::autograd::AccumulateGrad)$")
+MODEL_OP = re.compile(r"^(?:aten::embedding|torch::autograd::AccumulateGrad|flash_attn::_flash_attn_(?:varlen_)?forward)$")
 """Operators whose shapes describe the model rather than count FLOPs (analysis.model): an
 embedding's ``Input Dims`` are ``[[vocab, hidden], [batch, seq], …]`` (the tokens of a forward
-pass), and the autograd engine's ``AccumulateGrad`` runs once per trainable parameter and backward
-pass with that parameter's gradient shape (the parameter count, tied tables counted once). Both are
-few (one embedding per table and forward; one AccumulateGrad per parameter tensor and backward:
+pass), the autograd engine's ``AccumulateGrad`` runs once per trainable parameter and backward
+pass with that parameter's gradient shape (the parameter count, tied tables counted once), and the
+flash-attn package's own ops (``flash_attn::_flash_attn_forward``: q ``[batch, seq, heads, dim]``;
+Hugging Face's ``flash_attention_2``) give the attention's shape where no aten attention op runs.
+All are few (one embedding per table and forward; one AccumulateGrad per parameter tensor and backward:
 ~400 per step on a 24-layer GPT, against ~80k events), so decoding them costs little. Their args
 land in the same ``op_args`` column; analysis.flops counts only the :data:`SHAPE_OP` ones."""
 WEIGHT_OPS = ("aten::addmm", "aten::mm", "aten::convolution", "aten::_scaled_mm")

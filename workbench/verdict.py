@@ -481,8 +481,8 @@ def mfu_note(model: dict, mfu: float | None, hfu: float | None, mfu16: float | N
     if rec and rec != "none":
         why.append(f"{rec} recomputation re-ran {frac:.0%} of the forward's FLOPs (counted in HFU, not in MFU)")
     if (model or {}).get("causal_attention_pct"):
-        why.append(f"the executed count halves causal attention ({model['causal_attention_pct']:.0f}% of its FLOPs), "
-                   "the convention counts it in full")
+        why.append(f"the executed count halves causal attention ({model['causal_attention_pct']:.0f}% of the attention FLOPs "
+                   "are causal), the convention counts it in full")
     if len(why) == (len(mixed) > 1):
         why.append("the executed count differs from the convention's 6·N + 12·L·h·s (attention backward at 2.5×, "
                    "biases, the head's and embedding's work)")

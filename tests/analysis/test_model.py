@@ -200,3 +200,128 @@ def test_tokens_per_s_without_record_metrics():
     doc = analyze_run(TRACES / "corpus/nanogpt_bf16_gpu").to_json()
     s = doc["summary"]
     assert doc["metrics"]["tokens_per_s"] == pytest.approx(49152 / (s["step_ms"] / 1e3), rel=1e-3)
+
+
+# ---- a few events written by hand: what no committed trace has ----------------------------------
+
+def _ev(name, ts, dur, tid=1, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _shapes(*dims):
+    return {"Input Dims": [list(d) for d in dims], "Input type": ["c10::BFloat16"] * len(dims), "Concrete Inputs": [""] * len(dims)}
+
+
+def _megatron_cp_trace(tmp_path, rank: int):
+    """One step of a Megatron-style rank: DP 2 × TP 2 × CP 2 groups (Megatron's group_desc), an
+    embedding of [4, 512] tokens (this rank's half of each 1024-token sequence), two layers of the
+    flash-attn package's attention (q [4, 512, 8, 64], k [4, 512, 2, 64]: GQA), a backward with
+    two parameters' gradients."""
+    import json as _json
+
+    from workbench.load.trace import read_trace
+
+    evs = [_ev("ProfilerStep#3", 0, 10_000, cat="user_annotation"),
+           _ev("aten::embedding", 10, 5, **_shapes([16000, 1024], [4, 512], [], [], []))]
+    for i in range(2):
+        evs.append(_ev("flash_attn::_flash_attn_forward", 100 + 100 * i, 50, **_shapes([4, 512, 8, 64], [4, 512, 2, 64], [4, 512, 2, 64])))
+    evs += [_ev("autograd::engine::evaluate_function: FlashAttnFuncBackward", 1000, 500, tid=2),
+            _ev("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 2000, 10, tid=2),
+            _ev("torch::autograd::AccumulateGrad", 2001, 5, tid=2, **_shapes([16000, 1024])),
+            _ev("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 2100, 10, tid=2),
+            _ev("torch::autograd::AccumulateGrad", 2101, 5, tid=2, **_shapes([1024]))]
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 8, "ranks": list(range(8))},
+              {"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "pg_size": 2, "ranks": [0, 1]},
+              {"pg_name": "2", "pg_desc": "CONTEXT_PARALLEL_GROUP", "pg_size": 2, "ranks": [0, 2]},
+              {"pg_name": "3", "pg_desc": "DATA_PARALLEL_GROUP", "pg_size": 2, "ranks": [0, 4]}]
+    f = tmp_path / f"rank{rank}.pt.trace.json"
+    f.write_text(_json.dumps({"traceEvents": evs, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 8,
+                                                                      "pg_config": groups}}))
+    return read_trace(f)
+
+
+def test_flash_attn_package_and_megatron_groups_with_context_parallel(tmp_path):
+    from workbench.analysis.frames import MODEL, RankFrames
+    from workbench.analysis.model import run_model
+
+    m = run_model({0: RankFrames.of_trace(_megatron_cp_trace(tmp_path, 0), 0)[MODEL]})
+    f = {k: x["value"] for k, x in m["fields"].items()}
+    assert m["kind"] == "transformer"
+    assert f["layout"] == {"world_size": 8, "dp": 2, "tp": 2, "pp": 1, "fsdp": False, "zero": None, "cp": 2}
+    # heads are the rank's 8 of 16 (TP 2); KV heads 2 of 4 (GQA); head dim 64
+    assert (f["heads"], f["kv_heads"], f["head_dim"]) == (16, 4, 64)
+    # the sequence is each CP rank's half: 512 × 2; tokens: 4 × 512 here, × dp 2 × cp 2 for the job
+    assert f["seq"] == 1024 and f["micro_batch"] == 4 and f["micro_batches"] == 1
+    assert f["tokens_per_step"] == 4 * 512 and f["global_tokens_per_step"] == 4 * 512 * 2 * 2
+    assert f["layers"] == 2  # two attention forwards in the one forward pass
+    # one rank of the eight traced: its gradients × tp 2, and said to be a guess of low confidence
+    assert f["params_total"] == 2 * (16000 * 1024 + 1024) and m["fields"]["params_total"]["confidence"] == "low"
+    # the attention term counts the whole sequence: 12 × L × 16 × 64 × 1024
+    n = m["fields"].get("params_non_embedding")
+    assert n is None or f["model_flops_per_token"] == 6 * n["value"] + 12 * 2 * 16 * 64 * 1024
+
+
+def test_a_trace_without_shapes_guesses_nothing(tmp_path):
+    import json as _json
+
+    from workbench.analysis.frames import MODEL, RankFrames
+    from workbench.analysis.model import run_model
+    from workbench.load.trace import read_trace
+
+    f = tmp_path / "rank0.pt.trace.json"
+    f.write_text(_json.dumps({"traceEvents": [_ev("ProfilerStep#1", 0, 100, cat="user_annotation"), _ev("aten::mm", 10, 5)]}))
+    m = run_model({0: RankFrames.of_trace(read_trace(f), 0)[MODEL]})
+    assert m["kind"] is None and m["fields"] == {}
+
+
+LLAMA_LINE = r"model: ([\d,]+) parameters \(([\d,]+) without the token embedding\), ([\d,]+) FLOPs per token, ([\d,]+) tokens per step"
+
+
+@pytest.mark.parametrize("run, recompute, accum, fsdp", [("llama_cpu_none", "none", 1, False),
+                                                         ("llama_cpu_sel_accum2", "selective", 2, False),
+                                                         ("llama_cpu_fsdp_full", "full", 1, True)])
+def test_a_llama_shaped_trainer_is_its_own_print(run, recompute, accum, fsdp):
+    """tests/scripts/llama_trainer.py prints its parameters and torchtitan's FLOPs per token (6 ×
+    the parameters without the token embedding + 12·L·H·Q·T): the inferred model must say the same,
+    with GQA (8 query, 2 KV heads), SwiGLU (gated, ffn 352), an untied head, and the recomputation it
+    ran (selective: every second block, torchtitan's layer policy)."""
+    import re
+
+    from tests.analysis.conftest import DATA
+
+    text = (DATA / run / "console.log").read_text()
+    params, non_emb, fpt, tokens = (int(x.replace(",", "")) for x in re.search(LLAMA_LINE, text).groups())
+    m = analyze_run(DATA / run).model_json()
+    assert v(m, "params_total") == params and v(m, "params_non_embedding") == non_emb
+    assert v(m, "model_flops_per_token") == fpt and v(m, "global_tokens_per_step") == tokens
+    assert (v(m, "layers"), v(m, "hidden"), v(m, "heads"), v(m, "kv_heads"), v(m, "head_dim")) == (4, 128, 8, 2, 16)
+    assert (v(m, "ffn"), v(m, "gated"), v(m, "vocab"), v(m, "tied")) == (352, True, 512, False)
+    assert v(m, "micro_batches") == accum and v(m, "recompute") == recompute
+    assert v(m, "layout")["fsdp"] is fsdp and v(m, "layout")["zero"] == (3 if fsdp else 0)
+    assert v(m, "optimizer") == "adamw" and "foreach" in m["fields"]["optimizer"]["source"]
+    if recompute == "selective":
+        assert "4 of 8 attention forwards" in m["fields"]["recompute"]["source"]  # 2 of 4 layers, 2 passes
+
+
+def test_without_an_embedding_op_the_head_says_the_table(tmp_path):
+    """A compiled graph gathers the token table with its own kernel: no aten::embedding in the
+    trace. The untied head's [vocab, hidden] weight and the two gradients of that shape still say
+    there is a token table of its own, so the convention's FLOPs stay the script's print (seq and
+    batch from the attention's query)."""
+    import gzip
+    import json as _json
+    import re
+
+    from tests.analysis.conftest import DATA
+
+    src = DATA / "llama_cpu_none"
+    doc = _json.loads(gzip.decompress((src / "rank0.pt.trace.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "aten::embedding"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.pt.trace.json").write_text(_json.dumps(doc))
+    m = analyze_run(run, cache=False).model_json()
+    params, non_emb, fpt, tokens = (int(x.replace(",", "")) for x in re.search(LLAMA_LINE, (src / "console.log").read_text()).groups())
+    assert v(m, "vocab") == 512 and v(m, "tied") is False and m["fields"]["tied"]["confidence"] == "medium"
+    assert v(m, "params_non_embedding") == non_emb and v(m, "model_flops_per_token") == fpt
+    assert v(m, "seq") == 64 and v(m, "micro_batch") == 2 and v(m, "tokens_per_step") == tokens

@@ -227,13 +227,13 @@ def test_a_gpu_plan_against_a_cpu_run_needs_the_plan_of_that_run(tmp_path):
 
 
 @pytest.mark.parametrize("how, word", [
-    ("a directory", "manifest.json"),
-    ("not UTF-8", "UTF-8"),
-    ("nested 100k deep", "nested"),
-    ("a list", "object"),
-    ("truncated", "JSON"),
+    ("a directory", "not a regular file"),
+    ("not UTF-8", "not UTF-8"),
+    ("nested 100k deep", "nested more than"),
+    ("a list", "JSON object"),
+    ("truncated", "invalid JSON"),
     ("n_layer 'x'", "layers"),
-    ("world_size 'two'", ""),  # the manifest reader leaves the mistyped key out; what follows is one line too
+    ("world_size 'two'", "no trace to analyze"),  # the key is left out; the directory has no trace
     ("mode 'warp'", "engine config"),
     ("no data section", "engine config"),
 ])

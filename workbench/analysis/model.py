@@ -82,7 +82,15 @@ _FORWARD_ONLY = frozenset({"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten
 """Counted ops that backward formulas never call (a linear's backward multiplies with ``mm``)."""
 _FORWARD_CONTAINERS = ("aten::linear", "aten::matmul")
 _OPTIMIZER = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+_FUSED_STEP = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
+"""torch.optim's fused steps (``fused=True``); other ``aten::_fused_*`` ops (rms_norm, dropout) are not."""
 _MESH = re.compile(r"^mesh_(\w+)$")
+"""DeviceMesh's process groups (torchtitan, torch's tensor parallel): ``mesh_dp_shard``, ``mesh_tp`` …"""
+_GROUP_DESC = {"TENSOR_MODEL_PARALLEL_GROUP": "tp", "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+               "DATA_PARALLEL_GROUP": "dp", "CONTEXT_PARALLEL_GROUP": "cp"}
+"""Megatron-LM's ``group_desc`` for its process groups (``parallel_state.initialize_model_parallel``)."""
+_FLASH_ATTN = ("flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_forward")
+"""The flash-attn package's forward ops: q ``[batch, seq, heads, dim]`` (varlen: ``[tokens, heads, dim]``)."""
 _DDP = "DistributedDataParallel.forward"
 _FSDP_AG = re.compile(r"^FSDP::all_gather \((.+)\)$")
 _TP_OPS = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
@@ -164,7 +172,9 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     containers = _Spans(ev, str_mask(names, lambda c: c.isin(_FORWARD_CONTAINERS)))
     in_container = containers.inside(ops["tid"].to_numpy(dtype=object), ops["ts_us"].to_numpy(dtype=float))
     is_attn_fwd = ops["name"].isin(_FWD_ATTENTION).to_numpy()
-    ops["forward"] = is_attn_fwd | ops["name"].isin(_FORWARD_ONLY).to_numpy() | (
+    # outside backward every counted op is forward work (a compiled graph's mm has no aten::linear
+    # around it); inside, only what backward formulas never call, or a mm under a forward container
+    ops["forward"] = ~ops["in_bwd"].to_numpy() | is_attn_fwd | ops["name"].isin(_FORWARD_ONLY).to_numpy() | (
         ops["name"].isin(["aten::mm", "aten::bmm"]).to_numpy() & in_container)
     ops["dims"] = [getattr(by_key.get((t, n)), "dims", None) for t, n in zip(ops["ts_us"], ops["name"])]
 
@@ -241,23 +251,34 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     # attention
     att = ops[is_attn_fwd & ops["dims"].notna().to_numpy()]
     att_out = att[~att["in_bwd"]]
+    attention = ATTENTION
+    if att_out.empty:  # the flash-attn package's ops (not counted as FLOPs: analysis.flops knows aten's)
+        fa = args[args["name"].isin(_FLASH_ATTN)]
+        att_out = fa[~fa["in_bwd"]].assign(dims=[x.dims for x in fa[~fa["in_bwd"]]["args"]])
+        att = fa.assign(dims=[x.dims for x in fa["args"]])
+        attention = {n: (0, 1, -1, "bshd") for n in _FLASH_ATTN}
     if not att_out.empty:
-        qi, ki, _, layout = ATTENTION[att_out["name"].iloc[0]]
+        qi, ki, _, layout = attention[att_out["name"].iloc[0]]
         d = att_out["dims"].iloc[0]
         q, k = d[qi], d[ki]
+        if len(q) == 3 and len(k) == 3:  # varlen: [tokens, heads, dim], sequences packed
+            q, k = [1, *q], [1, *k]
+            evid["packed_sequences"] = True
         if len(q) == 4 and len(k) == 4:
             b, h, s, hd = (q[0], q[2], q[1], q[3]) if layout == "bshd" else tuple(q)
             kh = k[2] if layout == "bshd" else k[1]
             f["heads"] = field(int(h), f"{att_out['name'].iloc[0]} query {list(q)}")
             f["head_dim"] = field(int(hd), f"{att_out['name'].iloc[0]} query {list(q)}")
             evid["attention_kv_heads"] = int(kh)
+            if evid.get("packed_sequences"):
+                s = b = None  # one packed batch: its length is no sequence's
             if "seq" in f and "micro_batch" in f and (f["seq"]["value"], f["micro_batch"]["value"]) == (b, s) and b != s:
                 # the embedding's input was [seq, batch] (sequence-first): the attention says which
                 f["seq"], f["micro_batch"] = (field(int(s), f"{att_out['name'].iloc[0]} query {list(q)} (the embedding's input is "
                                                     f"[seq, batch])"), field(int(b), f"{att_out['name'].iloc[0]} query {list(q)}"))
-            if "seq" not in f:
+            if "seq" not in f and s:
                 f["seq"] = field(int(s), f"{att_out['name'].iloc[0]} query {list(q)}", "medium")
-            if "micro_batch" not in f:
+            if "micro_batch" not in f and b:
                 f["micro_batch"] = field(int(b), f"{att_out['name'].iloc[0]} query {list(q)}", "medium")
             if "hidden" not in f:
                 f["hidden"] = field(int(h * hd), "heads × head_dim of the attention's query", "medium")
@@ -295,27 +316,35 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
                 f["ffn"] = field(int(ffn), f"input width of the {per_pass:g} projections back to hidden {hidden} per forward pass")
                 f["gated"] = field(bool(up >= 2 * per_pass or fused >= per_pass),
                                    f"{up:g} up-projections {hidden}→{ffn} (+{fused:g} fused {hidden}→{2 * ffn}) per {per_pass:g} down-projections")
+        if "layers" not in f and "ffn" in f and "vocab" in f:
+            # no attention op the analysis knows (a fused kernel of another library): one MLP per layer
+            n = int(round(down[f["ffn"]["value"]]))
+            if n >= 2:
+                f["layers"] = field(n, f"{n} MLP down-projections {f['ffn']['value']}→{hidden} per forward pass "
+                                       "(no attention op recognised)", "medium")
         if "vocab" in f:
             v = f["vocab"]["value"]
             evid["head_gemms"] = weights.get((hidden, v), 0)
-        if "head_dim" in f and "heads" in f:
-            hd, h = f["head_dim"]["value"], f["heads"]["value"]
-            kv = evid.get("attention_kv_heads")
-            if kv and kv < h:
-                f["kv_heads"] = field(int(kv), "the attention's key heads")
+    # KV heads: the key's heads, or the K/V projections' width when K/V were repeated first
+    if "head_dim" in f and "heads" in f:
+        hd, h = f["head_dim"]["value"], f["heads"]["value"]
+        kv = evid.get("attention_kv_heads")
+        if kv and kv < h:
+            f["kv_heads"] = field(int(kv), "the attention's key heads")
+        else:
+            narrow = sorted({o // hd for (i, o), c in weights.items()
+                             if hidden and i == hidden and o % hd == 0 and 0 < o // hd < h and n_layers and c >= 2 * n_layers})
+            if narrow:
+                f["kv_heads"] = field(int(narrow[0]), f"K/V projections {hidden}→{narrow[0] * hd} (K/V repeated before the kernel)", "medium")
             else:
-                narrow = sorted({o // hd for (i, o), c in weights.items()
-                                 if i == hidden and o % hd == 0 and 0 < o // hd < h and n_layers and c >= 2 * n_layers})
-                if narrow:
-                    f["kv_heads"] = field(int(narrow[0]), f"K/V projections {hidden}→{narrow[0] * hd} (K/V repeated before the kernel)", "medium")
-                else:
-                    f["kv_heads"] = field(int(h), "the attention's key heads = query heads, no narrower K/V projection", "medium" if kv is None else "high")
+                f["kv_heads"] = field(int(h), "the attention's key heads = query heads, no narrower K/V projection", "medium" if kv is None else "high")
 
     # parameters: AccumulateGrad, once per parameter and backward pass; a pipeline stage's input
     # (a leaf that requires grad) accumulates one too, of an activation's shape: not a parameter
     act = (f["micro_batch"]["value"] * f["seq"]["value"] * hidden) if "micro_batch" in f and "seq" in f and hidden else None
     shapes = [tuple(x.dims[0]) for x in acc_first["args"] if x.dims and x.dims[0]]
     shapes = [sh for sh in shapes if not (len(sh) >= 3 and act and int(np.prod(sh)) == act)]
+    shape_count = Counter(shapes)
     if shapes:
         total = sum(int(np.prod(sh)) for sh in shapes)
         f["params_total"] = field(int(total), f"{len(shapes)} parameter tensors' gradients (torch::autograd::AccumulateGrad) "
@@ -339,6 +368,18 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     elif weights:
         total = sum(int(np.prod(w)) for w in weights) + sum(int(np.prod(t)) for t in tables)
         f["params_total"] = field(int(total), "forward GEMM weights plus embedding tables (no backward: a lower bound)", "low")
+    if "params_total" in f and not tables and head_w:
+        # no embedding op (a compiled graph gathers with its own kernel): the head's [vocab, hidden]
+        # gradients say whether a token table of that shape is a parameter of its own
+        t = (head_w[1], head_w[0])
+        grads, gemms = shape_count.get(t, 0), weights.get(head_w, 0)
+        if gemms and grads in (gemms, gemms + 1):
+            f["tied"] = field(grads == gemms, f"{grads} gradient(s) of the head's {list(t)} shape for {gemms:g} GEMM weight(s) "
+                                              "of that shape (no embedding op in the trace)", "medium")
+            tables = Counter({t: 1}) if grads == gemms + 1 else Counter()
+            evid["token_table"] = list(t)
+            if not tables:  # tied: the table is the head; position tables are not seen
+                f["params_embedding"] = field(0, "the token table is the tied head; no embedding op shows position tables", "low")
     if "params_total" in f and tables:
         tied = f.get("tied", {}).get("value")
         token_table = tuple(evid["token_table"])
@@ -346,6 +387,10 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
         f["params_embedding"] = field(emb_params, "input embedding tables" + (" (the tied token table counts as the head)" if tied else ""),
                                       "high" if "tied" in f else "medium")
         f["params_non_embedding"] = field(f["params_total"]["value"] - emb_params, "params_total − params_embedding",
+                                          min(f["params_total"]["confidence"], f["params_embedding"]["confidence"], key=_rank))
+
+    if "params_total" in f and "params_embedding" in f and "params_non_embedding" not in f:
+        f["params_non_embedding"] = field(f["params_total"]["value"] - f["params_embedding"]["value"], "params_total − params_embedding",
                                           min(f["params_total"]["confidence"], f["params_embedding"]["confidence"], key=_rank))
 
     # tokens per optimizer step
@@ -490,7 +535,7 @@ def _optimizer(ev: pd.DataFrame, names: pd.Series) -> dict | None:
     inner = [k for k in kinds if k not in wrappers] or list(kinds)
     kind = inner[0]
     cats = pd.Series(names.cat.categories.astype(str)) if isinstance(names.dtype, pd.CategoricalDtype) else pd.Series(names.unique().astype(str))
-    fused = sorted(c for c in cats if c.startswith("aten::_fused_") and not c.startswith("aten::_fused_dropout"))
+    fused = sorted(c for c in cats if _FUSED_STEP.match(c))
     foreach = any(c.startswith("aten::_foreach_") for c in cats)
     how = (f"fused ({fused[0]})" if fused else "foreach (aten::_foreach_* ops)" if foreach
            else "per-parameter loop (no fused or foreach ops)")
@@ -502,9 +547,11 @@ def _layout_evidence(trace: Trace, ev, names, ops, bwd: _Spans, steps, step_of, 
     dist = trace.distributed or {}
     out: dict[str, Any] = {"world_size": dist.get("world_size") or trace.world_size, "rank": dist.get("rank"), "mesh": {}}
     for pg in dist.get("pg_config") or []:
-        m = _MESH.match(str(pg.get("pg_desc") or ""))
-        if m and pg.get("pg_size"):
-            out["mesh"][m.group(1)] = int(pg["pg_size"])
+        desc = str(pg.get("pg_desc") or "")
+        m = _MESH.match(desc)
+        dim = m.group(1) if m else _GROUP_DESC.get(desc)
+        if dim and pg.get("pg_size"):
+            out["mesh"][dim] = int(pg["pg_size"])
     cats = pd.Series(names.cat.categories.astype(str)) if isinstance(names.dtype, pd.CategoricalDtype) else pd.Series(names.unique().astype(str))
     out["ddp"] = bool((cats == _DDP).any())
     out["fsdp"] = bool(cats.str.startswith(kineto.FSDP_PREFIX).any() or cats.str.startswith("FullyShardedDataParallel").any())
@@ -563,10 +610,10 @@ def _layout(ranks: dict[int, dict], world: int | None, heads_local: int | None) 
     tp_sig = bool(fwd_colls) and all(c >= n for c, n in fwd_colls)
     # degrees from DeviceMesh groups where the job made them; the rest from the signals
     dp = mesh.get("dp") or (mesh.get("dp_replicate", 1) * mesh.get("dp_shard", 1) if ("dp_replicate" in mesh or "dp_shard" in mesh) else None)
-    tp, pp = mesh.get("tp"), mesh.get("pp")
+    tp, pp, cp = mesh.get("tp"), mesh.get("pp"), mesh.get("cp") or 1
     if mesh:
         src.append("DeviceMesh groups " + ", ".join(f"mesh_{k}={v}" for k, v in sorted(mesh.items())))
-    rest = world // ((dp or 1) * (tp or 1) * (pp or 1)) if world else 1
+    rest = world // ((dp or 1) * (tp or 1) * (pp or 1) * cp) if world else 1
     if tp is None and pp is None and rest > 1 and dp is not None:
         if tp_sig and not pp_sig:
             tp, src = rest, src + ["collectives issued during forward (tensor parallel)"]
@@ -580,8 +627,8 @@ def _layout(ranks: dict[int, dict], world: int | None, heads_local: int | None) 
         pp, src = world, src + ["pipeline actions / point-to-point sends on every rank"]
     tp, pp = tp or 1, pp or 1
     if dp is None:
-        dp = max(world // (tp * pp), 1)
-        src.append(f"dp = world {world} / (tp × pp)")
+        dp = max(world // (tp * pp * cp), 1)
+        src.append(f"dp = world {world} / (tp × pp" + (" × cp)" if cp > 1 else ")"))
     zero = None
     if fsdp:
         per = [l.get("fsdp_gathers_per_pass") for l in lays if l.get("fsdp_gathers_per_pass")]
@@ -595,8 +642,10 @@ def _layout(ranks: dict[int, dict], world: int | None, heads_local: int | None) 
         if any(l.get("ddp") for l in lays):
             src.append("DistributedDataParallel.forward (DDP)")
     conf = "high" if mesh or world == 1 or (dp * tp * pp == world and (fsdp or zero is not None)) else "medium"
-    return field({"world_size": int(world), "dp": int(dp), "tp": int(tp), "pp": int(pp), "fsdp": bool(fsdp), "zero": zero},
-                 "; ".join(src) or f"distributedInfo world_size {world}", conf)
+    value = {"world_size": int(world), "dp": int(dp), "tp": int(tp), "pp": int(pp), "fsdp": bool(fsdp), "zero": zero}
+    if cp > 1:  # context parallel: each rank holds seq / cp of every sequence
+        value["cp"] = int(cp)
+    return field(value, "; ".join(src) or f"distributedInfo world_size {world}", conf)
 
 
 def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str, Any]:
@@ -626,7 +675,9 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
     if layout:
         f["layout"] = layout
     lay = layout["value"] if layout else {"world_size": 1, "dp": 1, "tp": 1, "pp": 1}
-    tp, pp, dp, world = lay["tp"], lay["pp"], lay["dp"], lay["world_size"]
+    tp, pp, dp, world, cp = lay["tp"], lay["pp"], lay["dp"], lay["world_size"], lay.get("cp", 1)
+    if cp > 1 and "seq" in f:
+        f["seq"] = dict(f["seq"], value=f["seq"]["value"] * cp, source=f["seq"]["source"] + f" × cp {cp} (each rank's share)")
     all_ranks = len(ranks) == world
     global_grads = tp > 1 and _global_grads(ranks, tp)
     for name in ("heads", "kv_heads", "ffn"):
@@ -676,7 +727,8 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
     tv = pick("tokens_per_step")
     if tv is not None:
         f["tokens_per_step"] = dict(tv)
-        f["global_tokens_per_step"] = field(int(tv["value"] * dp), f"tokens_per_step × dp {dp}", min(tv["confidence"], layout["confidence"] if layout else "high", key=_rank))
+        f["global_tokens_per_step"] = field(int(tv["value"] * dp * cp), f"tokens_per_step × dp {dp}" + (f" × cp {cp}" if cp > 1 else ""),
+                                            min(tv["confidence"], layout["confidence"] if layout else "high", key=_rank))
     fpt = model_flops_per_token(f)
     if fpt is not None:
         f["model_flops_per_token"] = fpt
@@ -708,13 +760,20 @@ def _global_grads(ranks: dict[int, dict], tp: int) -> bool:
 
 def model_flops_per_token(f: dict[str, dict]) -> dict | None:
     """:data:`CONVENTION` from the fields, or None when one of its terms is missing."""
-    need = ("params_non_embedding", "layers", "heads", "head_dim", "seq")
+    need = ("params_non_embedding", "layers", "seq")
     if any(f.get(k, {}).get("value") is None for k in need):
         return None
-    n, L, h, q, s = (f[k]["value"] for k in need)
-    v = 6 * n + 12 * L * h * q * s
+    n, L, s = (f[k]["value"] for k in need)
     conf = min((f[k]["confidence"] for k in need), key=_rank)
-    return field(int(v), f"6 × {n:,} + 12 × {L} × {h} × {q} × {s}", conf)
+    if value({"fields": f}, "heads") and value({"fields": f}, "head_dim"):
+        h, q = f["heads"]["value"], f["head_dim"]["value"]
+        conf = min(conf, f["heads"]["confidence"], f["head_dim"]["confidence"], key=_rank)
+        return field(int(6 * n + 12 * L * h * q * s), f"6 × {n:,} + 12 × {L} × {h} × {q} × {s}", conf)
+    if value({"fields": f}, "hidden"):  # h·Q is the query's width: the hidden size
+        hid = f["hidden"]["value"]
+        return field(int(6 * n + 12 * L * hid * s), f"6 × {n:,} + 12 × {L} × {hid} (hidden, for heads × head_dim) × {s}",
+                     min(conf, "medium", key=_rank))
+    return None
 
 
 def value(model: dict | None, name: str) -> Any:

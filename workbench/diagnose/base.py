@@ -115,6 +115,13 @@ class Context:
         """(frame name, rank) of frames computed from a re-read trace (their summary lacked them)."""
         return [(name, r) for r, rf in self.ranks.items() for name in rf.missed]
 
+    def model(self) -> dict:
+        """The model behind the run (analysis.model.run_model over the ranks' ``model`` frames: the
+        run's ``--json`` model block); a rule that reads it declares ``frames.MODEL``."""
+        from workbench.analysis.model import run_model
+
+        return run_model({r: self.frame(frames.MODEL, r) for r in self.ranks}, self.world_size)
+
     def rank_has_gpu(self, rank: int) -> bool:
         """The rank's trace holds GPU events (kernels, copies)."""
         return self.ranks[rank].has_gpu

@@ -64,7 +64,37 @@ def memory_summaries(ctx: Context) -> dict[int, dict]:
 _summaries = memory_summaries
 
 
-@reads(frames.MEMORY_SUMMARY)
+def _or(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def memory_fixes(model: dict) -> list[str]:
+    """The ways to make room, less those the run already takes (the model inferred from its trace:
+    analysis.model): a micro-batch of 1 cannot shrink, a fully recomputing run cannot recompute
+    more, sharding over one GPU shards nothing."""
+    fields = (model or {}).get("fields") or {}
+    val = lambda k: (fields.get(k) or {}).get("value")  # noqa: E731
+    layout = val("layout") or {}
+    out = []
+    if val("micro_batch") != 1:
+        out.append("a smaller micro-batch with gradient accumulation (same global batch)")
+    rc = val("recompute")
+    if rc == "selective":
+        out.append("full activation checkpointing (the run recomputes selectively)")
+    elif rc != "full":
+        out.append("activation checkpointing")
+    dp = layout.get("dp")
+    if dp is None or dp > 1:
+        zero = layout.get("zero")
+        if zero is None or zero < 3:
+            out.append("a higher ZeRO stage (shard optimizer states, gradients, parameters over the data-parallel ranks)")
+    else:
+        out.append("more GPUs with ZeRO-3 / FSDP2 (one GPU has nothing to shard over)")
+    out.append("CPU offload of optimizer states")
+    return out
+
+
+@reads(frames.MEMORY_SUMMARY, frames.MODEL)
 def oom_risk(ctx: Context) -> Diagnosis | None:
     if not ctx.capacity_bytes:
         return None
@@ -99,10 +129,9 @@ def oom_risk(ctx: Context) -> Diagnosis | None:
         id="oom_risk", severity=severity,
         title=f"peak device memory {pct:.0f}% of capacity: {headroom:.1f} GiB headroom",
         evidence=evidence,
-        recommendation=("make room before the next longer batch fails: smaller micro-batch with gradient "
-                        "accumulation, activation checkpointing, a higher ZeRO stage (shard optimizer states, "
-                        "gradients, parameters) or CPU offload"),
+        recommendation="make room before the next longer batch fails: " + _or(memory_fixes(ctx.model())),
         estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None, "headroom_gib": round(headroom, 2),
+                        "protects": f"the run from running out of memory ({headroom:.1f} GiB left): no time gain",
                         "formula": "headroom = capacity - peak reserved (no time gain; the gain is not crashing)"},
         fix=["data.batch_size", "train.activation_checkpointing", "parallel.mode", "parallel.cpu_offload"],
         ranks=[int(r) for r, v in sums.items() if v["peak_reserved_pct"] >= OOM_BANDS[0][0]] or [int(worst)],

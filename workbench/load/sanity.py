@@ -74,13 +74,16 @@ def clean_events(events: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _marker_rows(events: pd.DataFrame) -> np.ndarray:
-    """Row numbers of the host step markers (ProfilerStep#N, not their GPU copies)."""
-    cats = events["name"].cat.categories
-    step_names = [c for c in cats if kineto.PROFILER_STEP.fullmatch(str(c))]
-    if not step_names:
+    """Row numbers of the host step markers (ProfilerStep#N, not their GPU copies). Compared on the
+    categorical codes: materialising the names of every row cost ~25 ms per 100k events."""
+    names = events["name"].cat
+    step_codes = [i for i, c in enumerate(names.categories) if kineto.PROFILER_STEP.fullmatch(str(c))]
+    if not step_codes:
         return np.empty(0, dtype=np.int64)
-    mask = events["name"].isin(step_names).to_numpy() & ~events["is_gpu"].to_numpy()
-    mask &= (events["cat"].astype(object) != kineto.GPU_ANNOTATION).to_numpy()
+    mask = np.isin(names.codes.to_numpy(), step_codes) & ~events["is_gpu"].to_numpy()
+    cats = events["cat"].cat.categories
+    if kineto.GPU_ANNOTATION in cats:
+        mask &= events["cat"].cat.codes.to_numpy() != cats.get_loc(kineto.GPU_ANNOTATION)
     return np.flatnonzero(mask)
 
 
@@ -91,7 +94,7 @@ def _clean_markers(events: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     notes = []
     ts = events["ts_us"].to_numpy()[rows]
     dur = events["dur_us"].to_numpy()[rows]
-    names = events["name"].to_numpy()[rows].astype(str)
+    names = np.asarray(events["name"].cat.categories.astype(str))[events["name"].cat.codes.to_numpy()[rows]]
     drop = dur <= 0
     if drop.any():
         notes.append(f"dropped {int(drop.sum())} step marker(s) of no duration ({', '.join(sorted(set(names[drop]))[:3])}): "

@@ -269,6 +269,7 @@ def max_events() -> int:
 
 FORESEE_BYTES = 64 << 20  # text read before the total is foreseen from it
 FORESEE_MARGIN = 2.0  # a trace is refused early only when foreseen at twice the limit
+FORESEE_TEXT_MARGIN = 1.1
 
 
 def _foresee(path: Path, cols: Columns, limit: int, decoded: int, text_size: int, where: list[int]) -> None:
@@ -279,7 +280,13 @@ def _foresee(path: Path, cols: Columns, limit: int, decoded: int, text_size: int
     count (:func:`_count`) decides."""
     if decoded < FORESEE_BYTES or not where[0] or not cols.n_events:
         return
-    foreseen = cols.n_events / decoded * text_size * (where[1] / where[0])
+    text = text_size * (where[1] / where[0])
+    # A gzip's text is foreseen closely (a trace compresses alike throughout), and a text near the
+    # byte cap holds more events than MAX_EVENTS anyway: a small margin refuses only the doomed.
+    if text > FORESEE_TEXT_MARGIN * MAX_TRACE_BYTES:
+        raise TraceError(path, f"decompresses to about {_size(text)} (foreseen from its first {text_size >> 20} MB), "
+                               f"more than {_limit()}; trim it (fewer active steps)")
+    foreseen = cols.n_events / decoded * text
     if foreseen > FORESEE_MARGIN * limit:
         raise TraceError(path, f"holds about {foreseen / 1e6:,.0f}M events (foreseen from its first {decoded >> 20} MB of text), "
                                f"more than the {limit:,} analysed in bounded memory (~150 bytes each: "

@@ -29,10 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from workbench.plan.hardware import FIT_FRACTION, Cluster, make_cluster
-from workbench.plan.layout import Layout, Stack, torch_stack
+from workbench.plan.layout import RECOMPUTE, Layout, Stack, torch_stack
 from workbench.plan.memory import memory
 from workbench.plan.model import ModelSpec
-from workbench.plan.search import check_layout
+from workbench.plan.search import PlanRequest, check_layout, plan
 from workbench.plan.timing import Efficiencies, step_time
 
 SAFE_HEADROOM = 0.10
@@ -44,6 +44,9 @@ engine's H200 runs is ~4 %: less is noise)."""
 SCALE_UP = (2, 4, 8)
 """More GPUs, as multiples of the run's."""
 GOALS = ("memory", "speed")
+ADVISED = {"oom_risk": "memory", "low_mfu": "speed", "host_bound": "speed", "low_gpu_utilization": "speed",
+           "exposed_communication": "speed", "pipeline_bubble": "speed"}
+"""The findings a plan answers, and what its alternatives are for."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -62,6 +65,9 @@ class RunCase:
     """The job's step (unprofiled steps)."""
     measured_peak_bytes: float | None = None
     """The allocator's peak (reserved), on the rank that peaked."""
+    data_wait_ms: float = 0.0
+    """Of the measured step, the wait on the data loader: no layout changes it, so the anchor leaves
+    it out and every alternative keeps it (scaled with its samples per step)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,11 +119,13 @@ def _predict(case: RunCase, layout: Layout, stack: Stack, batch: int, cluster: C
 
 def _anchor(case: RunCase) -> _Anchor:
     step, mem, _ = _predict(case, case.layout, case.stack, case.global_batch, case.cluster)
-    ks = case.measured_step_ms / step if case.measured_step_ms else 1.0
+    busy = (case.measured_step_ms or 0.0) - case.data_wait_ms
+    ks = busy / step if busy > 0 else 1.0
     km = case.measured_peak_bytes / mem if case.measured_peak_bytes else 1.0
     parts = []
     if case.measured_step_ms:
-        parts.append(f"step x {ks:.2f} (the run measured {case.measured_step_ms:,.0f} ms, the planner says {step:,.0f})")
+        waited = f", {case.data_wait_ms:,.0f} of them waiting on data" if case.data_wait_ms else ""
+        parts.append(f"step x {ks:.2f} (the run measured {case.measured_step_ms:,.0f} ms{waited}, the planner says {step:,.0f})")
     if case.measured_peak_bytes:
         parts.append(f"memory x {km:.2f} (measured {case.measured_peak_bytes / 2**30:.1f} GiB, "
                      f"planned {mem / 2**30:.1f})")
@@ -138,7 +146,9 @@ def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluste
     lay, B, n = case.layout, case.global_batch, case.cluster.gpus
     out: list[tuple[str, Layout, int, Cluster]] = []
     per_replica = B // lay.dp
-    for rc in ("none", "selective", "full"):
+    for rc in RECOMPUTE:
+        if goal == "speed" and RECOMPUTE.index(rc) > RECOMPUTE.index(lay.recompute):
+            continue  # recomputing more is never faster: what a memory finding offers, not a speed one
         for mb in sorted({d for d in range(1, per_replica + 1) if per_replica % d == 0 and d <= 4 * lay.mb}):
             if (rc, mb) == (lay.recompute, lay.mb):
                 continue
@@ -158,18 +168,30 @@ def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluste
         out.append((f"twice the micro-batch ({2 * lay.mb}), twice the global batch", replace(lay, mb=2 * lay.mb), 2 * B,
                     case.cluster))
     for k in SCALE_UP:
-        # nodes of 8 unless the run's are larger; the run's own links
+        # nodes of 8 unless the run's are larger; the run's own links. The planner's search picks
+        # the layout (data, tensor or pipeline parallel: a global batch of 1 cannot be split by data)
         cl = make_cluster(case.cluster.gpu.name, n * k, max(case.cluster.gpus_per_node, 8), case.cluster.intra_gbps,
                           case.cluster.inter_gbps)
-        if B % (lay.dp * k):
-            continue
-        # the same global batch over k times the replicas: the micro-batch shrinks if it must
-        mb = max(d for d in range(1, lay.mb + 1) if (B // (lay.dp * k)) % d == 0)
-        for z in sorted({lay.zero, 3}):
-            grown = replace(lay, dp=lay.dp * k, zero=z, mb=mb)
-            zw = f", ZeRO-{z}" if z != lay.zero else ""
-            out.append((f"{n * k} GPUs (data parallel x {lay.dp * k}{zw}), same global batch", grown, B, cl))
+        req = PlanRequest(model=case.model, cluster=cl, global_batch=B, stack="torch", dtype=case.stack.dtype,
+                          efficiencies=case.efficiencies, top=1)
+        ranked = plan(req).ranked
+        if goal == "speed":
+            ranked = [e for e in ranked if RECOMPUTE.index(e.layout.recompute) <= RECOMPUTE.index(lay.recompute)]
+        if ranked:
+            best = ranked[0].layout
+            out.append((f"{n * k} GPUs ({_degrees(best)}), same global batch", best, B, cl))
     return out
+
+
+def _degrees(lay: Layout) -> str:
+    parts = [f"{name} x {v}" for name, v in (("data parallel", lay.dp), ("tensor parallel", lay.tp),
+                                             ("pipeline", lay.pp)) if v > 1]
+    if lay.zero:
+        parts.append(f"ZeRO-{lay.zero}")
+    if lay.recompute != "none":
+        parts.append(f"recompute {lay.recompute}")
+    parts.append(f"micro-batch {lay.mb}")
+    return ", ".join(parts)
 
 
 def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
@@ -185,7 +207,9 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
         if check_layout(case.model, lay, batch) is not None:
             continue
         step, mem, fits = _predict(case, lay, _stack_for(case, lay), batch, cluster)
-        step, mem = step * anchor.step, mem * anchor.mem
+        # the loader's wait stays, per sample of each GPU
+        wait = case.data_wait_ms * (batch / case.global_batch) * (case.cluster.gpus / cluster.gpus)
+        step, mem = step * anchor.step + wait, mem * anchor.mem
         cap = cluster.gpu.memory_bytes
         if not fits or mem > FIT_FRACTION * cap:
             continue
@@ -205,7 +229,8 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
         # safe ones first, on the run's own GPUs before more of them, fastest per GPU among them
         found.sort(key=lambda a: (a.tight, a.gpus != case.cluster.gpus, -a.speedup))
     else:
-        found.sort(key=lambda a: -a.speedup)
+        # the run's own GPUs first: more of them is a different budget
+        found.sort(key=lambda a: (a.gpus != case.cluster.gpus, -a.speedup))
     return _distinct(found)[:limit]
 
 
@@ -223,3 +248,47 @@ def _distinct(alts: list[Alternative]) -> list[Alternative]:
         out.append(max(close, key=lambda a: a.layout.mb))
     order = {id(a): i for i, a in enumerate(alts)}
     return sorted(out, key=lambda a: order[id(a)])
+
+
+def run_case(run, doc: dict | None = None) -> RunCase | None:
+    """The planner's view of a GPU run (``plan --from-run``'s: the engine's config, else the model
+    inferred from the trace), calibrated on the run itself; None where no plan applies (a CPU run,
+    a model the trace does not show: a convolutional net, a trace without shapes)."""
+    from workbench.errors import WorkbenchError
+    from workbench.plan.calibrate import calibrate
+    from workbench.plan.from_run import run_job
+
+    try:
+        job = run_job(run, doc=doc)
+    except WorkbenchError:
+        return None
+    if job.device != "cuda" or not job.device_name:
+        return None
+    try:
+        cluster = make_cluster(job.device_name, job.gpus, min(8, job.gpus))
+        eff = calibrate([job.path], docs={job.path: job.doc} if job.doc else None)
+    except WorkbenchError:
+        return None
+    reserved = ((job.doc or {}).get("metrics") or {}).get("peak_reserved_gib")
+    peak = reserved * 2**30 if isinstance(reserved, (int, float)) and reserved > 0 else job.measured_peak_bytes
+    return RunCase(model=job.model, layout=job.layout, stack=job.stack, global_batch=job.global_batch, cluster=cluster,
+                   efficiencies=eff, measured_step_ms=job.measured_step_ms, measured_peak_bytes=peak,
+                   data_wait_ms=job.data_wait_ms or 0.0)
+
+
+def advise(doc: dict, run) -> dict:
+    """``doc`` (a ``workbench analyze --json`` document) with ``alternatives`` on every finding a plan
+    answers (:data:`ADVISED`): the planner's best changes to the run, each with its predicted step,
+    memory and headroom (:meth:`Alternative.to_json`); ``[]`` where none serves the finding's goal.
+    Findings of runs no plan applies to are left as they are."""
+    wanted = {ADVISED[d["id"]] for d in doc.get("diagnoses") or [] if d.get("id") in ADVISED}
+    if not wanted:
+        return doc
+    case = run_case(run, doc)
+    if case is None:
+        return doc
+    found = {goal: [a.to_json() for a in alternatives(case, goal)] for goal in wanted}
+    for d in doc["diagnoses"]:
+        if d.get("id") in ADVISED:
+            d["alternatives"] = found[ADVISED[d["id"]]]
+    return doc

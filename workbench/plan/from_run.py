@@ -99,9 +99,11 @@ class RunJob:
                 "inferred": self.taken, "assumed": list(self.assumed)}
 
 
-def run_job(run: str | Path, *, model: str | None = None, global_batch: int | None = None) -> RunJob:
+def run_job(run: str | Path, *, model: str | None = None, global_batch: int | None = None,
+            doc: dict | None = None) -> RunJob:
     """What ``run`` ran: an engine run's manifest config exactly, else the model its analysis
-    inferred (``model``: a MODEL argument that replaces the inferred shape)."""
+    inferred (``model``: a MODEL argument that replaces the inferred shape). ``doc``: the run's
+    analysis when the caller has it (else it is read from the cache or analysed)."""
     from workbench.plan.calibrate import data_wait_ms
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.model import model_spec
@@ -113,14 +115,14 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
     if "model" in cfg and "parallel" in cfg:
         case = engine_case(p, man)
-        doc = analysis_of(p) if case.device == "cuda" else None
+        doc = (doc or analysis_of(p)) if case.device == "cuda" else None
         step, peak = measured_of(doc, p) if doc else (None, None)
         return RunJob(name=case.name, path=str(run), model=case.model, layout=case.layout,
                       global_batch=case.global_batch, stack=case.stack, dtype=case.stack.dtype, gpus=case.world,
                       device=case.device, device_name=case.device_name, measured_step_ms=step,
                       measured_peak_bytes=peak, data_wait_ms=data_wait_ms(doc) if doc else 0.0, source="manifest",
                       doc=doc)
-    doc = analysis_of(p)
+    doc = doc or analysis_of(p)
     job = run_model(doc, name=p.name, model=model_spec(model) if model else None, global_batch=global_batch)
     step, peak = measured_of(doc, p)
     return replace(job, path=str(run), measured_step_ms=step, measured_peak_bytes=peak, data_wait_ms=data_wait_ms(doc),

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
+
+from workbench.console import alternative_line
 
 from workbench.ui import summary
 from workbench.verdict import Analysis
 
 SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
+
+
+def _alternatives(analysis: Analysis) -> dict[str, list[dict]]:
+    from workbench.ui.state import alternatives_for
+
+    return alternatives_for(Path(analysis.run.path))
 
 
 def verdict(analysis: Analysis) -> None:
@@ -31,14 +41,22 @@ def diagnosis_cards(analysis: Analysis, detailed: bool = False, only: set[str] |
             st.markdown(f"**Fix:** {d.recommendation}")
             gain = d.estimated_gain or {}
             bits = []
-            if gain.get("step_time_saved_pct") is not None:
+            if gain.get("step_time_saved_pct"):
                 bits.append(f"saves up to {gain['step_time_saved_pct']}% of step time")
+            elif gain.get("protects"):  # no time gain: what the fix protects instead
+                bits.append(f"protects {gain['protects']}")
             if gain.get("speedup_max"):
                 bits.append(f"up to {gain['speedup_max']}× faster ({gain.get('formula', '')})")
             if d.fix:
                 bits.append("toggles: " + ", ".join(f"`{f}`" for f in d.fix))
             if bits:
                 st.caption("Estimated gain: " + "; ".join(bits))
+            alts = _alternatives(analysis).get(d.id)
+            if alts:
+                st.markdown("**The planner, calibrated on this run:**\n" + "\n".join(
+                    f"- {alternative_line(a)}" for a in alts))
+            elif alts == []:
+                st.caption("The planner: no layout it tried on these GPUs serves this better.")
             where = d.evidence.get("time_range_us") if isinstance(d.evidence, dict) else None
             rng = summary.time_range(analysis, d.ranks)
             if rng:
