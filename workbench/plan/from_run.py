@@ -25,6 +25,7 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
+from workbench.plan.measured import data_wait_ms, job_step_ms, measured_of, peak_allocated_bytes
 from workbench.plan.model import ModelSpec
 
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
@@ -104,7 +105,6 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     """What ``run`` ran: an engine run's manifest config exactly, else the model its analysis
     inferred (``model``: a MODEL argument that replaces the inferred shape). ``doc``: the run's
     analysis when the caller has it (else it is read from the cache or analysed)."""
-    from workbench.plan.calibrate import data_wait_ms
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.model import model_spec
 
@@ -248,18 +248,8 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
     gpu = bool(run.get("has_gpu"))
     return RunJob(name=name, path=str(run.get("path") or name), model=model, layout=layout, global_batch=global_batch,
                   stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
-                  device_name=run.get("device") if gpu else None, measured_step_ms=_measured_step(doc),
-                  measured_peak_bytes=_measured_peak(doc), taken=taken, assumed=tuple(assumed))
-
-
-def _measured_step(doc: dict) -> float | None:
-    v = (doc.get("summary") or {}).get("step_ms")
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
-
-
-def _measured_peak(doc: dict) -> float | None:
-    v = (doc.get("metrics") or {}).get("peak_allocated_gib")
-    return float(v) * 2**30 if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+                  device_name=run.get("device") if gpu else None, measured_step_ms=job_step_ms(doc),
+                  measured_peak_bytes=peak_allocated_bytes(doc), taken=taken, assumed=tuple(assumed))
 
 
 def analysis_of(run: str | Path) -> dict:
@@ -275,17 +265,6 @@ def analysis_of(run: str | Path) -> dict:
         doc = json.loads(json.dumps(analyze_run(run).to_json(), default=str))
         result_cache.write_result(run, doc)
     return doc
-
-
-def measured_of(doc: dict, run: str | Path) -> tuple[float | None, float | None]:
-    """The job's step and the allocator's peak of an analysed run (the steps CSVs' peak when the
-    analysis has none: runs recorded without memory events)."""
-    peak = _measured_peak(doc)
-    if peak is None and doc.get("run", {}).get("has_gpu"):
-        from workbench.plan.checks import max_allocated_bytes
-
-        peak = max_allocated_bytes(Path(run)) or None
-    return _measured_step(doc), peak
 
 
 def _pct(pred: float | None, meas: float | None) -> float | None:
