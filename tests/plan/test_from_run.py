@@ -355,3 +355,12 @@ def test_compare_knows_a_non_engine_runs_model(tmp_path):
     ok = workbench("compare", run, own, "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["mismatches"] == []
+
+
+def test_from_run_with_another_gpu_count_still_predicts_the_run_as_it_ran():
+    plain = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu")["from_run"]
+    out = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu", "--gpus", "8")
+    fr = out["from_run"]
+    assert out["cluster"]["gpus"] == 8 and "as it ran" in fr["note"]
+    assert fr["predicted"] == plain["predicted"] and fr["error_pct"] == plain["error_pct"]
+    assert [a["gpus"] for a in fr["alternatives"]] == [1, 2, 4, 8]

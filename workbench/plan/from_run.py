@@ -278,7 +278,20 @@ def from_run_json(req, result) -> dict:
     from workbench.plan.search import plan
 
     out = dict(req.from_run)
+    job = req.run_job
     given = result.given
+    if job is not None and not (given is not None and given.layout == job.layout and req.cluster.gpus == job.gpus
+                                and req.global_batch == job.global_batch):
+        # the request asks another GPU count, batch or layout: the run is still predicted as it ran,
+        # on its own GPUs, and the alternatives are measured from there
+        c = req.cluster
+        own = make_cluster(c.gpu.name, job.gpus, min(c.gpus_per_node, job.gpus), c.intra_gbps, c.inter_gbps)
+        req = replace(req, cluster=own, global_batch=job.global_batch, layout=job.layout, run_stack=job.stack,
+                      from_run=None)
+        result = plan(req)
+        given = result.given
+        out["note"] = (f"the run predicted as it ran ({job.gpus} GPU{'s' * (job.gpus != 1)}, global batch "
+                       f"{job.global_batch}), apart from the plan asked for")
     meas = out.get("measured") or {}
     pred_step = given.time.step_s * 1e3 if (given is not None and given.time is not None) else None
     pred_mem = given.memory.total if given is not None else None
@@ -331,7 +344,8 @@ def print_from_run(fr: dict, con) -> None:
 
     src = {"manifest": "its manifest's engine config", "traces": "the model inferred from its traces",
            "MODEL": "the MODEL given, the rest inferred from its traces"}.get(fr.get("source"), fr.get("source"))
-    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}")
+    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}"
+              + (f" — {fr['note']}" if fr.get("note") else ""))
     con.print(f"  step: {pair(pred.get('step_ms'), meas.get('step_ms'), err.get('step'), 'ms')}")
     con.print(f"  peak memory: {pair(pred.get('memory_gib'), meas.get('peak_memory_gib'), err.get('memory'), 'GiB')}")
     if meas.get("data_wait_ms") and meas.get("step_ms") and meas["data_wait_ms"] > 0.05 * meas["step_ms"]:
