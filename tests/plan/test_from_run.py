@@ -127,8 +127,8 @@ RUN = TRACES / "corpus" / "nanogpt_bf16_gpu"
 
 @pytest.fixture()
 def nanogpt_doc(monkeypatch):
-    """The committed nanoGPT run's analysis with the model block added by hand (the analysis of
-    this branch infers none yet)."""
+    """The committed nanoGPT run's analysis, read once; the hand-written block stands in only
+    where the analysis infers no model."""
     from workbench.plan import from_run
 
     real = from_run.analysis_of(RUN)
@@ -292,3 +292,75 @@ def test_a_data_starved_run_is_planned_without_its_loader_wait():
     assert m["data_wait_ms"] == pytest.approx(690.5, abs=1) and m["step_ms"] == pytest.approx(808.1, abs=0.5)
     assert fr["predicted"]["step_ms"] == pytest.approx(m["step_ms"] - m["data_wait_ms"], rel=0.05)
     assert fr["alternatives"][0]["anchored_step_ms"] < 1.1 * (m["step_ms"] - m["data_wait_ms"])
+
+
+# ---- committed runs of public trainers, with the model the analysis infers --------------------
+
+def _from_run(run, *extra) -> dict:
+    from tests.conftest import workbench
+
+    r = workbench("plan", "--from-run", run, *extra, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_nanogpt_run_from_its_traces():
+    out = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu")
+    fr = out["from_run"]
+    assert fr["source"] == "traces" and out["model"]["params"] == 124_373_760 and out["global_batch"] == 12 * 4
+    assert fr["predicted"]["layout_key"] == "tp=1,pp=1,dp=1,zero=0,mb=12,recompute=none,sp=0"
+    assert abs(fr["error_pct"]["step"]) < 5 and abs(fr["error_pct"]["memory"]) < 10
+    assert {"layers", "hidden", "micro_batch", "micro_batches", "layout"} <= set(fr["inferred"])
+    assert [a["gpus"] for a in fr["alternatives"]] == [1, 2, 4, 8]
+
+
+def test_hf_trainer_run_is_host_bound_and_predicted_so():
+    """The HF Trainer's tiny Llama (33.6M parameters, batch 8 x 128): GPU 6 % busy; the host's
+    rate measured against the inferred model gives its 68.8 ms step back."""
+    out = _from_run(TRACES / "corpus" / "hf_trainer_gpu")
+    fr = out["from_run"]
+    assert fr["source"] == "traces" and out["model"]["layers"] == 8 and out["global_batch"] == 8
+    assert abs(fr["error_pct"]["step"]) < 5
+    assert out["plans"][0]["time"]["host_ms"] > 0.5 * out["plans"][0]["time"]["step_ms"]
+
+
+def test_torchtitan_8b_from_its_traces():
+    """torchtitan's Llama 3 8B on one H200 (no DDP, full recomputation, batch 1 x 8192): the model
+    is llama3-8b's shape, the peak 16 bytes per parameter plus what the step holds, and FSDP2 on the
+    same GPU is the alternative that fits."""
+    out = _from_run(TRACES / "corpus" / "torchtitan_8b_full_gpu")
+    fr, m = out["from_run"], out["model"]
+    ref = PRESETS["llama3-8b"]
+    assert (m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["ffn"], m["vocab"], m["seq"]) == \
+        (ref.layers, ref.hidden, ref.heads, ref.kv, ref.ffn_hidden, ref.vocab, ref.seq)
+    assert m["params"] == ref.params()
+    assert fr["predicted"]["layout_key"] == "tp=1,pp=1,dp=1,zero=0,mb=1,recompute=full,sp=0"
+    assert any("no DistributedDataParallel" in a for a in fr["assumed"])
+    assert abs(fr["error_pct"]["step"]) < 10 and abs(fr["error_pct"]["memory"]) < 5
+    one = fr["alternatives"][0]
+    assert one["gpus"] == 1 and one["layout"]["zero"] == 3 and one["memory_gib"] < 133
+
+
+def test_compare_knows_a_non_engine_runs_model(tmp_path):
+    from tests.conftest import workbench
+
+    run = TRACES / "corpus" / "nanogpt_bf16_gpu"
+    other = tmp_path / "other.json"
+    other.write_text(workbench("plan", "megatron-1.7b", "--gpus", "1", "--gpu", "H200", "--global-batch", "8",
+                               "--json").stdout)
+    c = workbench("compare", run, other)
+    assert c.returncode == 2 and "the model" in c.stderr and c.stderr.count("\n") == 1, c.stderr
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps(_from_run(run)))
+    ok = workbench("compare", run, own, "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["mismatches"] == []
+
+
+def test_from_run_with_another_gpu_count_still_predicts_the_run_as_it_ran():
+    plain = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu")["from_run"]
+    out = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu", "--gpus", "8")
+    fr = out["from_run"]
+    assert out["cluster"]["gpus"] == 8 and "as it ran" in fr["note"]
+    assert fr["predicted"] == plain["predicted"] and fr["error_pct"] == plain["error_pct"]
+    assert [a["gpus"] for a in fr["alternatives"]] == [1, 2, 4, 8]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
+from workbench.plan.measured import data_wait_ms
 from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
@@ -102,13 +103,6 @@ def gemm_calls_in_buckets(calls: list[tuple[float, float]], per_decade: int = 4)
     for k in key:
         count[k] = count.get(k, 0) + 1
     return [c for c, k in zip(calls, key) if count[k] >= 2]
-
-
-def data_wait_ms(doc: dict) -> float:
-    """Mean time per step the job's loop waited on its data loader (``summary.job``), 0 if none said."""
-    job = [j for j in ((doc.get("summary") or {}).get("job") or []) if isinstance(j, dict)]
-    waits = [float(j["data_wait_ms"]) for j in job if isinstance(j.get("data_wait_ms"), (int, float))]
-    return sum(waits) / len(waits) if waits else 0.0
 
 
 def _per_step(doc: dict, classes: tuple[str, ...], *, exclude_sub: tuple[str, ...] = ()) -> float:

@@ -15,11 +15,11 @@ fails when a prediction drifts beyond its goal.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.plan.engine_runs import EngineCase, engine_case
+from workbench.plan.measured import max_allocated_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "traces"
@@ -81,17 +81,6 @@ class Check:
     @property
     def ok(self) -> bool:
         return abs(self.error) <= self.goal
-
-
-def max_allocated_bytes(run: Path) -> float:
-    best = 0.0
-    for f in sorted(run.glob("steps_rank*.csv")):
-        with f.open() as fh:
-            for row in csv.DictReader(fh):
-                v = row.get("max_mem_allocated_bytes")
-                if v and int(row["step"]) >= 1:
-                    best = max(best, float(v))
-    return best
 
 
 def memory_checks(root: Path = TRACES) -> list[Check]:

@@ -15,6 +15,8 @@ EXAMPLES = """examples:
   workbench plan engine-370m --gpus 8 --gpu H200 --stack torch --calibrate traces/case_gpu_2_preload_shm
   workbench plan --from-run traces/case_gpu_3_batch32 --calibrate traces/case_gpu_2_preload_shm --json > p.json
   workbench compare traces/case_gpu_3_batch32 p.json          # the run against its plan
+  workbench plan --from-run traces/corpus/torchtitan_8b_full_gpu   # any run: the model its traces show
+  workbench plan L=32,h=4096,a=32,V=128256,s=8192,kv=8,ffn=14336,gated=1 --from-run RUN   # the model given
 
 MODEL is a preset (gpt3-175b, megatron-1.7b … megatron-1t, megatron-22b, llama3-8b/70b/405b,
 engine-tiny/small/125m/370m/1.3b) or a key list L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1,tied=1,

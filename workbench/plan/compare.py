@@ -40,7 +40,7 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
     """The run against ``plan_doc``'s first layout; WorkbenchError for a document that is not a
     valid plan, or (unless ``force``) a plan for another model, GPU, GPU count or device class."""
     from workbench.peaks import peak_flops
-    from workbench.plan.checks import max_allocated_bytes
+    from workbench.plan.measured import max_allocated_bytes
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.plan_file import check_plan, job_mismatches
     from workbench.verdict import analyze_run

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
+from workbench.plan.measured import data_wait_ms, job_step_ms, measured_of, peak_allocated_bytes
 from workbench.plan.model import ModelSpec
 
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
@@ -104,7 +105,6 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     """What ``run`` ran: an engine run's manifest config exactly, else the model its analysis
     inferred (``model``: a MODEL argument that replaces the inferred shape). ``doc``: the run's
     analysis when the caller has it (else it is read from the cache or analysed)."""
-    from workbench.plan.calibrate import data_wait_ms
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.model import model_spec
 
@@ -248,18 +248,8 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
     gpu = bool(run.get("has_gpu"))
     return RunJob(name=name, path=str(run.get("path") or name), model=model, layout=layout, global_batch=global_batch,
                   stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
-                  device_name=run.get("device") if gpu else None, measured_step_ms=_measured_step(doc),
-                  measured_peak_bytes=_measured_peak(doc), taken=taken, assumed=tuple(assumed))
-
-
-def _measured_step(doc: dict) -> float | None:
-    v = (doc.get("summary") or {}).get("step_ms")
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
-
-
-def _measured_peak(doc: dict) -> float | None:
-    v = (doc.get("metrics") or {}).get("peak_allocated_gib")
-    return float(v) * 2**30 if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+                  device_name=run.get("device") if gpu else None, measured_step_ms=job_step_ms(doc),
+                  measured_peak_bytes=peak_allocated_bytes(doc), taken=taken, assumed=tuple(assumed))
 
 
 def analysis_of(run: str | Path) -> dict:
@@ -277,17 +267,6 @@ def analysis_of(run: str | Path) -> dict:
     return doc
 
 
-def measured_of(doc: dict, run: str | Path) -> tuple[float | None, float | None]:
-    """The job's step and the allocator's peak of an analysed run (the steps CSVs' peak when the
-    analysis has none: runs recorded without memory events)."""
-    peak = _measured_peak(doc)
-    if peak is None and doc.get("run", {}).get("has_gpu"):
-        from workbench.plan.checks import max_allocated_bytes
-
-        peak = max_allocated_bytes(Path(run)) or None
-    return _measured_step(doc), peak
-
-
 def _pct(pred: float | None, meas: float | None) -> float | None:
     return None if not (pred and meas) else round(100 * (pred / meas - 1), 2)
 
@@ -299,7 +278,20 @@ def from_run_json(req, result) -> dict:
     from workbench.plan.search import plan
 
     out = dict(req.from_run)
+    job = req.run_job
     given = result.given
+    if job is not None and not (given is not None and given.layout == job.layout and req.cluster.gpus == job.gpus
+                                and req.global_batch == job.global_batch):
+        # the request asks another GPU count, batch or layout: the run is still predicted as it ran,
+        # on its own GPUs, and the alternatives are measured from there
+        c = req.cluster
+        own = make_cluster(c.gpu.name, job.gpus, min(c.gpus_per_node, job.gpus), c.intra_gbps, c.inter_gbps)
+        req = replace(req, cluster=own, global_batch=job.global_batch, layout=job.layout, run_stack=job.stack,
+                      from_run=None)
+        result = plan(req)
+        given = result.given
+        out["note"] = (f"the run predicted as it ran ({job.gpus} GPU{'s' * (job.gpus != 1)}, global batch "
+                       f"{job.global_batch}), apart from the plan asked for")
     meas = out.get("measured") or {}
     pred_step = given.time.step_s * 1e3 if (given is not None and given.time is not None) else None
     pred_mem = given.memory.total if given is not None else None
@@ -352,7 +344,8 @@ def print_from_run(fr: dict, con) -> None:
 
     src = {"manifest": "its manifest's engine config", "traces": "the model inferred from its traces",
            "MODEL": "the MODEL given, the rest inferred from its traces"}.get(fr.get("source"), fr.get("source"))
-    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}")
+    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}"
+              + (f" — {fr['note']}" if fr.get("note") else ""))
     con.print(f"  step: {pair(pred.get('step_ms'), meas.get('step_ms'), err.get('step'), 'ms')}")
     con.print(f"  peak memory: {pair(pred.get('memory_gib'), meas.get('peak_memory_gib'), err.get('memory'), 'GiB')}")
     if meas.get("data_wait_ms") and meas.get("step_ms") and meas["data_wait_ms"] > 0.05 * meas["step_ms"]:

@@ -49,6 +49,9 @@ class PlanRequest:
     """The exact stack of an engine run (``--from-run``), used for ``layout``."""
     from_run: dict | None = None
     """``--from-run``: the run planned (``{path, name, device: cuda|cpu}``), else None."""
+    run_job: object | None = None
+    """``--from-run``: what the run ran (a :class:`workbench.plan.from_run.RunJob`), to predict it on
+    its own GPUs and batch whatever this request asks."""
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
