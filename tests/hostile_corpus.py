@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -167,6 +167,21 @@ def _real_events(gib: float):
         run = d / "run"
         run.mkdir()
         write_gzip(run / "rank0.pt.trace.json.gz", real_events(_text(), int(gib * 2**30)))
+        return run
+    return build
+
+
+def _many_steps(n: int):
+    """``n`` steps of 100 µs, each holding one op."""
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        with (run / "rank0.pt.trace.json").open("w") as f:
+            f.write('{"traceEvents": [')
+            f.write(",".join(f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{i}","pid":1,"tid":1,"ts":{i * 100},'
+                             f'"dur":100}},{{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":{i * 100 + 10},"dur":50}}'
+                             for i in range(n)))
+            f.write("]}")
         return run
     return build
 
@@ -407,6 +422,8 @@ CASES: list[Case] = [
          "error", "more than 100,000 events", env={"WORKBENCH_MAX_EVENTS": "100000"}),
     Case("tiny_events_under_limit", "many tiny events", "300k tiny events (one step of 1 ms)", _tiny(300_000), "result",
          check=_steps_n(1)),
+    Case("step_markers_300k", "many tiny events", "300k steps of 100 µs (a ProfilerStep marker each)", _many_steps(300_000),
+         "result", "the first 10,000 are analysed", check=_steps_n(10_000)),
     Case("unique_names", "many tiny events", "1.1M events, each of its own name", _unique_names(1_100_000), "error",
          "distinct event names"),
     # manifest
@@ -486,7 +503,13 @@ CASES: list[Case] = [
          _without_gpu_clock("gpu_host_ahead_graphs", 5), "result", "sync to sync",
          check=_near("step_ms", _gpu_truth("gpu_host_ahead_graphs"), 0.10)),
 ]
+# Over ~4 s each on an idle 2-core machine (gigabytes inflated, a million names): `pytest -m slow`;
+# RELIABILITY.md's check runs every case.
+SLOW = {"step_markers_300k", "padding_4gib", "padding_4gib_foreign", "tiny_events_2gib", "tiny_events_9gib", "real_events_9gib", "unique_names",
+        "upload_padding_4gib", "upload_tiny_events_2gib"}
+CASES = [replace(c, slow=True) if c.name in SLOW else c for c in CASES]
 BY_NAME = {c.name: c for c in CASES}
+assert SLOW <= set(BY_NAME)
 assert len(BY_NAME) == len(CASES)
 
 

@@ -20,7 +20,8 @@ Step markers (host ``ProfilerStep#N`` annotations, the steps of :mod:`workbench.
 - a step number marked more than once: its shortest marker is kept (copies are alike, and a
   range that wraps the profiler's marker under its name is not the step);
 - a marker that runs past the start of the next one (overlapping or nested markers): it is cut to
-  end where the next begins, as the profiler's markers do (one step ends where the next starts).
+  end where the next begins, as the profiler's markers do (one step ends where the next starts);
+- more than :data:`MAX_STEPS` markers: the first MAX_STEPS are kept.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from workbench import kineto
 
 MIN_REACH_US = 60e6
 """How far past the trace's last start an event may end however short the trace (60 s)."""
+MAX_STEPS = 10_000
+"""Step markers analysed: the frames loop over steps (~1 ms each: 100k markers took 50 s, a million
+would not end); real recordings hold a few to a few thousand."""
 
 
 def _fmt_us(v: float) -> str:
@@ -118,6 +122,11 @@ def _clean_markers(events: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     k_rows, k_ts, k_dur = rows[keep], ts[keep], dur[keep]
     order = np.argsort(k_ts, kind="stable")
     k_rows, k_ts, k_dur = k_rows[order], k_ts[order], k_dur[order]
+    if len(k_rows) > MAX_STEPS:
+        notes.append(f"{len(k_rows):,} step markers: the first {MAX_STEPS:,} are analysed (the per-step frames cost "
+                     "~1 ms a step); trim the trace to the steps wanted")
+        drop[np.isin(rows, k_rows[MAX_STEPS:])] = True
+        k_rows, k_ts, k_dur = k_rows[:MAX_STEPS], k_ts[:MAX_STEPS], k_dur[:MAX_STEPS]
     end = k_ts + k_dur
     cut = np.zeros(len(k_rows), bool)
     cut[:-1] = end[:-1] > k_ts[1:]
