@@ -51,6 +51,8 @@ SOURCES = {
     # Too large to mirror here (1.3 GB): the one file was copied from the code index at this commit.
     "huggingface/transformers": ("transformers", "0680b54f24ae809e17f4a554d137f19807611caf"),
     "karpathy/nanoGPT": ("nanogpt", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"),
+    # tag v0.2.2; made by benchmarks/torchtitan_prepare.sh and run by benchmarks/torchtitan_gpu.sh
+    "pytorch/torchtitan": ("torchtitan", "73a0e6979dd10b6b1904098eb3c8f62c18ab87ce"),
 }
 EXTRACT = {
     "pytorch/examples": ["word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py",
@@ -128,6 +130,9 @@ class Entry:
     """``--max-steps N`` instead of ``--stop-after-profile``; self-timed scripts run past the
     profiled window (their unprofiled steps are the comparison), or to their own end (0)."""
     why: str = ""
+    made_by: str | None = None
+    """Another script makes this run (its inputs need more than the script's own folder): ``run``
+    skips it and names that script."""
 
     @property
     def cwd(self) -> Path:
@@ -256,6 +261,18 @@ ENTRIES: list[Entry] = [
           timer=Timer(regex=r"Epoch: \[\d+\]\[\s*(\d+)/\d+\]\s+Time\s+([\d.]+)", unit_ms=1000.0, offset=-1),
           expect_absent=("dataloader_stall",), timeout_s=90, max_steps=40,
           why="imagenet_j1_gpu with 8 workers, the fix dataloader_stall names"),
+    # --- torchtitan: a Llama 3 trainer that prints its own MFU and tokens/s (traces/README.md) ---
+    *(Entry(name=f"torchtitan_{tag}_gpu", repo="pytorch/torchtitan", path="torchtitan/train.py", kind="gpu", gpus=1,
+            args=("--model.flavor", flavor, "--activation_checkpoint.mode", mode, *extra),
+            profile_args=("--schedule", "6,2,3"), expect=expect, expect_absent=("dataloader_stall", "fp32_matmul"),
+            made_by="benchmarks/torchtitan_gpu.sh",
+            why=f"torchtitan v0.2.2, Llama {flavor} shape, batch 1 x 8192, recomputation {mode}; its log prints "
+                "MFU (6N + 12Lhs per token, 989 TFLOP/s) and tokens/s")
+      for tag, flavor, mode, extra, expect in (
+          ("3b_none", "3B", "none", (), ("low_mfu",)),
+          ("3b_selective", "3B", "selective", ("--activation_checkpoint.selective_ac_option", "op"), ("low_mfu",)),
+          ("3b_full", "3B", "full", (), ("low_mfu",)),
+          ("8b_full", "8B", "full", (), ("oom_risk", "low_mfu")))),
     Entry(name="fsdp2_example_gpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="gpu",
           gpus=2, nproc=2, args=("--mixed-precision",),
           why="FSDP2 fully_shard + MixedPrecisionPolicy over NCCL; needs 2 GPUs (nvidia-h200-x2)"),
@@ -378,6 +395,10 @@ def run(kind: str, out: Path, only: list[str] | None) -> list[dict]:
     results = []
     for e in entries:
         run_dir = (out / e.name).resolve()
+        if e.made_by:
+            results.append({"name": e.name, "skipped": f"made by {e.made_by}"})
+            print(f"== {e.name}: skipped (made by {e.made_by})", flush=True)
+            continue
         if e.gpus > gpus:
             results.append({"name": e.name, "skipped": f"needs {e.gpus} GPUs, {gpus} here"})
             print(f"== {e.name}: skipped (needs {e.gpus} GPUs, {gpus} here)", flush=True)
