@@ -426,9 +426,9 @@ def recompute_cost(model: dict, e: Efficiency, steps: int) -> dict | None:
     backward kernels (forward 1, backward 2, recomputation f; the elementwise work between the
     matmuls re-runs with them), at the rate the run's own kernels ran; the optimizer and the
     collectives are not re-run. Measured against the same run without recomputation: torchtitan's
-    Llama 3B shape on an H200, full: 115 ms estimated, 124 ms measured; the engine's 1.3B GPT,
+    Llama 3B shape on an H200, full: 115 ms estimated, 114 ms measured; the engine's 1.3B GPT,
     full: 56 against 61 ms. A selective policy re-runs more elementwise work than its FLOP share
-    says (torchtitan's per-op policy: 36 against 80 ms): a lower bound there. None when the run
+    says (torchtitan's per-op policy: 36 against 84 ms): a lower bound there. None when the run
     recomputes nothing (or the trace cannot say)."""
     from workbench.analysis.model import value
 
