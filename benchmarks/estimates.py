@@ -86,7 +86,7 @@ def estimate(doc: dict, pair: Pair) -> float | None:
 
 
 def measure(pair: Pair) -> dict:
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     a, b = (analyze_run(TRACES / p).to_json() for p in (pair.before, pair.after))
     est = estimate(a, pair)

@@ -96,8 +96,8 @@ def measure(row: Row, run_dir: Path) -> None:
     import pandas as pd
 
     from workbench.load import load_run
-    from workbench.peaks import mfu_pct
-    from workbench.verdict import analyze_run
+    from workbench.hardware.peaks import mfu_pct
+    from workbench.pipeline.verdict import analyze_run
 
     run = load_run(run_dir)
     a = analyze_run(run)

@@ -128,7 +128,7 @@ def runs() -> list[tuple[str, dict]]:
 def own_mfu(name: str, doc: dict) -> tuple[float | None, str]:
     """The trainer's own MFU on the H200's bf16 peak, and where it comes from."""
     from benchmarks import corpus
-    from workbench.peaks import device_peak
+    from workbench.hardware.peaks import device_peak
 
     peak = device_peak(doc["run"]["device"])
     if name.startswith("corpus/"):
@@ -148,7 +148,7 @@ def own_mfu(name: str, doc: dict) -> tuple[float | None, str]:
 
 
 def measure(name: str, truth: dict) -> dict:
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     doc = analyze_run(TRACES / name).to_json()
     model = doc["model"]
@@ -164,7 +164,7 @@ def measure(name: str, truth: dict) -> dict:
     theirs, how = own_mfu(name, doc)
     # tokens/s from the inferred model against the script's own count (steps CSV, record_metrics)
     from workbench.analysis.throughput import steady_summary, tokens_per_s
-    from workbench.verdict import model_tokens_per_s
+    from workbench.pipeline.verdict import model_tokens_per_s
 
     a = analyze_run(TRACES / name)
     recorded = tokens_per_s(steady_summary(a.context.steps, warmup=a.context.steps_warmup))

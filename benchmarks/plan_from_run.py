@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"

@@ -59,7 +59,7 @@ def predict() -> int:
     from workbench.engine.config import config_to_dict, load_config
     from workbench.plan.calibrate import calibrate
     from workbench.plan.engine_runs import engine_case
-    from workbench.plan.hardware import make_cluster
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.memory import memory
     from workbench.plan.timing import step_time
 

@@ -156,7 +156,7 @@ def run_hta(trace_dir: Path, *, timeout_s: float, mem_cap: int) -> dict[str, Any
 # summaries cached as Parquet (the CLI's reopen instead prints the cached result JSON).
 SUMMARY_REOPEN = r"""
 import json, sys
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 print(json.dumps(json.loads(json.dumps(analyze_run(sys.argv[1]).to_json(), default=str))))
 """
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session", autouse=True)
 def _analysis_cache_outside_the_repo(tmp_path_factory):
-    """Analyses cache their summaries next to the run (workbench.cache): the tests analyse the
+    """Analyses cache their summaries next to the run (workbench.pipeline.cache): the tests analyse the
     committed runs under traces/, so their caches go to a session directory instead (subprocesses
     inherit it). Tests of the cache's own placement unset it."""
     os.environ["WORKBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("workbench-cache"))

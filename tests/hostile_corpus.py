@@ -459,7 +459,7 @@ CASES: list[Case] = [
          "ignoring an unreadable analysis cache", argv=("analyze",)),
     Case("cache_index_rank_renamed", "cache", "`index.json` with rank 1 renamed 7", _cached(_rename_rank), "result",
          "ignoring an unreadable analysis cache", check=_ranks([0, 1])),
-    # the app's upload (workbench.uploads.store_upload, through tests/scripts/upload_one.py)
+    # the app's upload (workbench.ui.uploads.store_upload, through tests/scripts/upload_one.py)
     Case("upload_ok", "app upload", "the committed rank-0 trace", _file(_edit(lambda doc: None), "rank0.pt.trace.json"),
          "result", argv=("upload",)),
     Case("upload_deep_header", "app upload", "the deep-header trace", _file(_deep_header("rank0.pt.trace.json"), "rank0.pt.trace.json"),

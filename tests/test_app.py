@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.analysis.conftest import DATA
 from tests.conftest import ROOT, TRACES
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ def test_profile_and_train_end_alike(capsys, analyze):
     """cli.cmd_profile and engine.cli._train_profiled both end in console.finish_profiled_run."""
     import inspect
 
-    from workbench import cli
-    from workbench.console import finish_profiled_run
-    from workbench.engine import cli as engine_cli
+    from workbench.cli import main as cli
+    from workbench.cli.console import finish_profiled_run
+    from workbench.cli import train as engine_cli
 
     for fn in (cli.cmd_profile, engine_cli._train_profiled):
         assert "finish_profiled_run(" in inspect.getsource(fn)

@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, TRACES
-from workbench.errors import TraceError, WorkbenchError
-from workbench.verdict import analyze_run
+from workbench.format.errors import TraceError, WorkbenchError
+from workbench.pipeline.verdict import analyze_run
 
 CORPUS_RUNS = TRACES / "corpus"
 

@@ -17,8 +17,8 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from workbench import cache  # noqa: E402
-from workbench.errors import WorkbenchError  # noqa: E402
-from workbench.verdict import analyze_run  # noqa: E402
+from workbench.format.errors import WorkbenchError  # noqa: E402
+from workbench.pipeline.verdict import analyze_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

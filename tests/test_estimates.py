@@ -30,7 +30,7 @@ def test_at_least_five_pairs_and_most_within_goal():
 
 def test_the_dtype_switch_estimates_attention_too():
     """nanoGPT fp32 → bf16: GEMMs alone would be 1.27×; the measured 2.32× needs attention."""
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     a = analyze_run(estimates.TRACES / "corpus" / "nanogpt_fp32_gpu")
     (d,) = [d for d in a.diagnoses if d.id == "fp32_matmul"]

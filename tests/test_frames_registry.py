@@ -16,7 +16,7 @@ from workbench.analysis.frames import Frame
 from workbench.diagnose import READS as RULE_READS, RULES, Context, diagnose
 from workbench.diagnose.base import reads
 from workbench.load import load_run
-from workbench.verdict import ANALYSIS_READS, READS, analyze_run
+from workbench.pipeline.verdict import ANALYSIS_READS, READS, analyze_run
 
 def all_frames() -> list[tuple[str, str, Frame]]:
     """(module, attribute, Frame) of every Frame a module of the analysis path defines."""

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import TRACES
-from workbench.errors import TraceError
+from workbench.format.errors import TraceError
 from workbench.load import trace as trace_mod
 from workbench.load.trace import read_bytes, read_trace
 

@@ -98,7 +98,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_has_no_import_circle():
     graph = import_graph()
-    assert graph["workbench.verdict"] >= {"workbench.reduce", "workbench.diagnose"}  # the walk sees imports
+    assert graph["workbench.pipeline.verdict"] >= {"workbench.pipeline.reduce", "workbench.diagnose"}  # the walk sees imports
     assert cycles(graph) == []
 
 
@@ -108,9 +108,9 @@ def test_a_circle_is_found():
 
 def test_the_cache_key_hashes_all_the_verdict_imports():
     """An edit to any module the analysis runs must recompute cached analyses (cache.code_key)."""
-    from workbench.cache import SOURCES
+    from workbench.pipeline.cache import SOURCES
 
-    graph, seen, todo = import_graph(), set(), ["workbench.verdict"]
+    graph, seen, todo = import_graph(), set(), ["workbench.pipeline.verdict"]
     while todo:
         m = todo.pop()
         if m not in seen:
@@ -118,4 +118,4 @@ def test_the_cache_key_hashes_all_the_verdict_imports():
             todo.extend(graph[m])
     hashed = {f"workbench.{s.removesuffix('.py').replace('/', '.')}" for s in SOURCES}
     missing = sorted(m for m in seen - {"workbench"} if not any(m == h or m.startswith(h + ".") for h in hashed))
-    assert missing == [], f"add them to workbench.cache.SOURCES: {missing}"
+    assert missing == [], f"add them to workbench.pipeline.cache.SOURCES: {missing}"

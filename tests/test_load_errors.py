@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import workbench
-from workbench.errors import TraceError
+from workbench.format.errors import TraceError
 from workbench.load import load_run, read_trace
 
 GOOD = {"traceEvents": [
@@ -47,7 +47,7 @@ def test_minimal_trace_and_hand_derived_breakdown(tmp_path):
     f = write(tmp_path / "r.pt.trace.json", json.dumps(GOOD).encode())
     run = load_run(tmp_path)
     assert list(run.ranks) == [0]
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     a = analyze_run(run).to_json()
     row = a["summary"]["per_rank"][0]

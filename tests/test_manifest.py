@@ -1,4 +1,4 @@
-"""The one manifest reader (workbench/manifest.py): whatever ``manifest.json`` holds, ``read`` returns
+"""The one manifest reader (workbench/format/manifest.py): whatever ``manifest.json`` holds, ``read`` returns
 a dict whose known keys have their types, or raises the one-line ``TraceError``; never anything else."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from workbench import manifest
-from workbench.errors import TraceError
+from workbench.format import manifest
+from workbench.format.errors import TraceError
 
 FUZZ = settings(derandomize=True, max_examples=300, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

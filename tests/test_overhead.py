@@ -1,4 +1,4 @@
-"""What the capture cost a run (issue 16, item 1): workbench.overhead on rows by hand and on a
+"""What the capture cost a run (issue 16, item 1): workbench.format.overhead on rows by hand and on a
 committed run that times itself (tests/scripts/self_timed.py on this CPU machine)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from statistics import median
 import pytest
 
 from tests.conftest import ROOT
-from workbench.overhead import capture_overhead, describe, phases, row_times, steady_mask
+from workbench.format.overhead import capture_overhead, describe, phases, row_times, steady_mask
 
 RUN = ROOT / "traces" / "self_timed_cpu"
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import EXAMPLE, SCRIPTS, load_json_trace, workbench
-from workbench import contract
+from workbench.format import contract
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TRACES, workbench
-from workbench import devices, discover
+from workbench.hardware import devices
+from workbench.format import discover
 from workbench.analysis.kernel_classes import classify
 from workbench.analysis.rocm_kernels import tensile_dtype
-from workbench.peaks import device_peak
-from workbench.verdict import analyze_run
+from workbench.hardware.peaks import device_peak
+from workbench.pipeline.verdict import analyze_run
 
 PUBLIC = TRACES / "public"
 README = PUBLIC / "README.md"

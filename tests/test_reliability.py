@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests import reliability_table as rt
-from workbench.errors import TraceError, WorkbenchError
+from workbench.format.errors import TraceError, WorkbenchError
 from workbench.load.trace import read_trace
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 # No shrink phase: shrinking re-runs the analysis hundreds of times (minutes); a failure is
 # reported as generated and reduced by hand (see test_mixed_input_dims_on_c10d_ops).
@@ -340,7 +340,7 @@ def test_nvml_failing_mid_run_keeps_earlier_rows(tmp_path):
 def _gzip_bomb(tmp_path, monkeypatch, capsys) -> rt.Outcome:
     """A 4 MiB-of-text gzip (4 KB on disk) against MAX_TRACE_BYTES patched to 1 MiB: a real bomb
     over the 8 GiB limit would take minutes to inflate, and no option sets the limit from the CLI."""
-    from workbench import cli
+    from workbench.cli import main as cli
     from workbench.load import trace
 
     d = tmp_path / "bomb"

@@ -39,7 +39,7 @@ def test_report_help_has_an_example():
 
 
 def test_fixed_run_report_matches_the_analysis(tmp_path):
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     out = tmp_path / "fixed.html"
     assert workbench("report", TRACES / "ddp_fixed_data", "--html", out, timeout=120).returncode == 0
@@ -53,8 +53,8 @@ def test_fixed_run_report_matches_the_analysis(tmp_path):
 def test_report_shows_the_cli_mfu_and_plain_evidence():
     """One MFU (``efficiency.mfu_pct`` of --json) in the CLI, the app and the report; evidence as
     --json prints it (issue 19: the report showed "MFU —" on gpu_slow_data and np.float64(…))."""
-    from workbench.report import render
-    from workbench.verdict import analyze_run
+    from workbench.present.report import render
+    from workbench.pipeline.verdict import analyze_run
 
     a = analyze_run(TRACES / "gpu_slow_data")
     text = render(a)

@@ -2,7 +2,7 @@ import csv
 import time
 
 from workbench.capture.sampler import FakeNvml, Sampler
-from workbench.contract import NVML_COLUMNS
+from workbench.format.contract import NVML_COLUMNS
 
 
 def test_fake_nvml_rows_written_with_contract_columns(tmp_path):

@@ -22,9 +22,9 @@ import pytest
 
 from benchmarks import corpus
 from tests.conftest import ROOT, TRACES
-from workbench.console import print_analysis
-from workbench.peaks import device_peak
-from workbench.verdict import analyze_run
+from workbench.cli.console import print_analysis
+from workbench.hardware.peaks import device_peak
+from workbench.pipeline.verdict import analyze_run
 
 SELF_TIMED = [e for e in corpus.ENTRIES if e.timer and (TRACES / "corpus" / e.name / "manifest.json").exists()]
 STEP_TOLERANCE = 0.05

@@ -1,4 +1,4 @@
-"""workbench.uploads: what a user can upload, and everything that must be refused without a trace."""
+"""workbench.ui.uploads: what a user can upload, and everything that must be refused without a trace."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import TRACES
 from workbench.load import load_run
-from workbench.uploads import UploadError, run_dir, store_trace, store_upload, store_zip
+from workbench.ui.uploads import UploadError, run_dir, store_trace, store_upload, store_zip
 
 SLOW = TRACES / "ddp_slow_data"
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Analysis": "workbench.verdict",
-    "analyze_run": "workbench.verdict",
+    "Analysis": "workbench.pipeline.verdict",
+    "analyze_run": "workbench.pipeline.verdict",
     "Run": "workbench.load",
     "find_runs": "workbench.load",
     "load_run": "workbench.load",
-    "TraceError": "workbench.errors",
-    "WorkbenchError": "workbench.errors",
+    "TraceError": "workbench.format.errors",
+    "WorkbenchError": "workbench.format.errors",
 }
 
 __all__ = ["Analysis", "Run", "TraceError", "WorkbenchError", "analyze_run", "find_runs", "load_run", "__version__"]

@@ -1,6 +1,6 @@
 import sys
 
-from workbench.cli import main
+from workbench.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,8 +33,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.compare import compare_runs  # noqa: E402
-from workbench.verdict import analyze_run  # noqa: E402
+from workbench.pipeline.compare import compare_runs  # noqa: E402
+from workbench.pipeline.verdict import analyze_run  # noqa: E402
 
 SCALES = {
     # scale: (rung directory, ranks, profiler schedule)
@@ -97,7 +97,7 @@ def steady_steps(run_dir: Path) -> tuple[float, float | None, list[tuple[float, 
 def mfu_steady(run_dir: Path, tokens_per_s: float | None) -> float | None:
     """MFU of the steady steps (PaLM): tokens/s per device × the model's FLOPs per token (the engine
     writes ``flops_per_token`` in the manifest's config) over the device's dense bf16 peak."""
-    from workbench.peaks import mfu_pct
+    from workbench.hardware.peaks import mfu_pct
 
     m = json.loads((run_dir / "manifest.json").read_text())
     fpt = (m.get("config") or {}).get("flops_per_token")

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from workbench.figures import CATEGORY_COLOURS  # noqa: E402
+from workbench.present.figures import CATEGORY_COLOURS  # noqa: E402
 
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
 

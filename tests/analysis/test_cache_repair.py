@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.test_reduce import same
-from workbench.cache import _digest, cache_dir
-from workbench.verdict import READS, analyze_run
+from workbench.pipeline.cache import _digest, cache_dir
+from workbench.pipeline.verdict import READS, analyze_run
 
 ROOT = Path(__file__).resolve().parents[2]
 # a GPU run with an unfused optimizer (every efficiency frame holds something) and a CPU
@@ -162,11 +162,11 @@ def test_a_signed_index_whose_ranks_disagree_with_the_traces_is_recomputed(cache
 def test_a_signed_result_that_is_no_analysis_is_not_served(cached, body, capsys):
     """The cached --json document under the right key and with its digest, but not an analysis:
     not served (a body of {} printed {} with exit 0), with one note."""
-    from workbench.cache import RESULT, cached_result
+    from workbench.pipeline.cache import RESULT, cached_result
 
     path, _, want = cached["cpu"]
     analyze_run(path, workers=1)  # the summaries' cache, for write_result
-    from workbench.console import analysis_doc
+    from workbench.cli.console import analysis_doc
 
     analysis_doc(path)  # writes analysis.json
     f = cache_dir(path) / RESULT

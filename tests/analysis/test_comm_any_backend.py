@@ -27,9 +27,9 @@ from workbench.analysis.comm import comm_overlap
 from workbench.analysis.events import comm_threads, main_thread
 from workbench.analysis.intervals import blocked_waits
 from workbench.analysis.steps import rank_summary, run_breakdown, step_windows
-from workbench.kineto import COMM_KERNEL
+from workbench.format.kineto import COMM_KERNEL
 from workbench.load import load_run, read_trace
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 DIST = {"backend": "gloo", "rank": 0, "world_size": 2,
         "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]}

@@ -9,7 +9,7 @@ import pytest
 from workbench.load import load_run
 
 from tests.conftest import TRACES
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 SEVERE = ("warning", "critical")
 

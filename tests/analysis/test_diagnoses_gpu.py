@@ -10,7 +10,7 @@ import pytest
 from tests.analysis.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.memory import GIB
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 HEALTHY = [TRACES / "gpu_fixed_data", DATA / "gpu_healthy"]
 
@@ -84,7 +84,7 @@ def test_memory_fragmentation():
 
 
 def test_compare_slow_and_fixed_gpu_data():
-    from workbench.compare import compare_runs
+    from workbench.pipeline.compare import compare_runs
 
     c = compare_runs(analyze_run(TRACES / "gpu_slow_data"), analyze_run(TRACES / "gpu_fixed_data"))
     # with the stall gone the fp32 GEMMs and the foreach optimizer fill the step: they matter now

@@ -14,7 +14,7 @@ from tests.analysis.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.kernel_classes import efficiency
 from workbench.diagnose.efficiency import STALE_GEMM
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 FP32 = TRACES / "gpu_fixed_data"
 BF16 = TRACES / "case_gpu_2_preload_shm"
@@ -46,7 +46,7 @@ def test_fp32_matmul_on_fp32_run_with_roofline_gain():
     k = k.assign(dur_us=(k["ts_us"] + k["dur_us"]).clip(lo, hi) - k["ts_us"].clip(lo, hi))
     simt_ms = k.loc[k["class"] == "gemm_simt", "dur_us"].sum() / 1e3 / steps
     assert d.evidence["simt_gemm_ms_per_step"] == pytest.approx(simt_ms, abs=1e-3)
-    # bf16 runs the same FLOPs at 989 instead of 67 TFLOP/s (workbench.peaks, H200)
+    # bf16 runs the same FLOPs at 989 instead of 67 TFLOP/s (workbench.hardware.peaks, H200)
     assert d.evidence["saved_ms_per_step"] == pytest.approx(simt_ms * (1 - 67.0 / 989.0), abs=1e-3)
     assert "fp32_matmul" not in by_id(BF16)
 

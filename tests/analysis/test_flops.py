@@ -11,9 +11,9 @@ import pytest
 from workbench.analysis.flops import attention_flops, conv_flops, gemm_flops, op_flops
 from workbench.analysis.kernel_classes import efficiency
 from workbench.analysis.steps import step_windows
-from workbench.kineto import MODEL_OP, SHAPE_OP
+from workbench.format.kineto import MODEL_OP, SHAPE_OP
 from workbench.load.trace import read_trace
-from workbench.peaks import peak_flops
+from workbench.hardware.peaks import peak_flops
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_GPU_RUNS = ["case_gpu_0_baseline", "case_gpu_1_more_workers", "case_gpu_2_preload_shm", "case_gpu_3_batch32",
@@ -162,7 +162,7 @@ def test_resnet50_flops_per_image_match_its_published_count():
     """Issue 10 item 1: torchvision ResNet-50 at 224² is 4.1 G multiply-adds forward (8.2 GFLOP);
     forward + backward ≈ 3 × 8.2 GFLOP per image. The committed pytorch/examples ImageNet run
     (traces/corpus/imagenet_resnet50_gpu, batch 128, one H200) must land within ±10 %."""
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     eff = analyze_run(ROOT / "traces" / "corpus" / "imagenet_resnet50_gpu").efficiency_json()
     per_image = eff["flops_per_step"] / 128

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT
 from workbench.analysis.steps import host_step_windows, step_windows
 from workbench.load import load_run
-from workbench.verdict import HOST_AHEAD_RATIO, analyze_run
+from workbench.pipeline.verdict import HOST_AHEAD_RATIO, analyze_run
 
 DATA = ROOT / "tests" / "analysis" / "data"
 RUNS = ["gpu_host_ahead_eager", "gpu_host_ahead_graphs"]

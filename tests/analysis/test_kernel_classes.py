@@ -9,7 +9,7 @@ import pytest
 
 from workbench.analysis.kernel_classes import CLASSES, classify, efficiency, unclassified
 from workbench.load.trace import read_trace
-from workbench.peaks import device_peak
+from workbench.hardware.peaks import device_peak
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_TRACES = sorted(p for p in [*ROOT.glob("traces/*gpu*/rank*.pt.trace.json.gz"),
@@ -119,7 +119,7 @@ def test_fp32_run_is_simt():
 
 @pytest.mark.slow
 def test_analyze_prints_and_reports_efficiency(capsys):
-    from workbench.cli import main
+    from workbench.cli.main import main
 
     run = ROOT / "tests/analysis/data/gpu_tiny"
     assert main(["analyze", str(run), "--json"]) == 0

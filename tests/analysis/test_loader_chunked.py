@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import workbench.load.trace as trace_mod
-from workbench.kineto import COMM_NAME, GPU_CATS, LAUNCH_CATS, MODEL_OP, SHAPE_OP
+from workbench.format.kineto import COMM_NAME, GPU_CATS, LAUNCH_CATS, MODEL_OP, SHAPE_OP
 from workbench.load.columns import (COMM_COLUMNS, DECODER, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _SHAPE_DECODER,
                                     _comm_row)
 from workbench.load.trace import read_bytes, read_trace

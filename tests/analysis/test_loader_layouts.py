@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import workbench.load.trace as trace_mod
-from workbench.errors import TraceError
+from workbench.format.errors import TraceError
 from workbench.load.trace import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import TRACES
 from workbench.analysis.model import CONVENTION, FIELDS, value
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 
 def gpt_params(d: int, L: int, V: int, S: int, tied: bool) -> int:
@@ -179,7 +179,7 @@ def test_compare_gains_mfu_rows_and_model_tokens():
     """``workbench compare`` on the 370M run and its recomputing twin: tokens/s from the model (the
     engine's steps CSVs count tokens too: the two agree), MFU rows for both, MFU falling with the
     step (the same model FLOPs), HFU falling less (the recomputed forward is executed work)."""
-    from workbench.compare import compare_runs
+    from workbench.pipeline.compare import compare_runs
 
     a, b = analyze_run(TRACES / "plan_gpu_370m_b16"), analyze_run(TRACES / "plan_gpu_370m_b16_ac")
     rows = compare_runs(a, b).metrics.set_index("metric")
@@ -187,7 +187,7 @@ def test_compare_gains_mfu_rows_and_model_tokens():
     step = rows.loc["steady_step_ms"]
     assert rows.loc["mfu_pct", "b"] / rows.loc["mfu_pct", "a"] == pytest.approx(step["a"] / step["b"], rel=1e-3)
     assert rows.loc["hfu_pct", "delta_pct"] > rows.loc["mfu_pct", "delta_pct"]
-    from workbench.verdict import model_tokens_per_s
+    from workbench.pipeline.verdict import model_tokens_per_s
 
     for an in (a, b):
         m = an.metrics()

@@ -14,10 +14,10 @@ import shutil
 import pytest
 
 from tests.conftest import TRACES, workbench
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.load import load_run
 from workbench.load.jobs import CLOCK_TOLERANCE_S
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 
 

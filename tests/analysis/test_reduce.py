@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from workbench import cache, reduce
+from workbench.pipeline import cache
+
+from workbench.pipeline import reduce
 from workbench.load import load_run
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,7 +150,7 @@ def test_cache_dir_falls_back_when_the_run_is_not_writable(tmp_path, monkeypatch
 
 
 def test_bad_executor_is_one_line():
-    from workbench.errors import WorkbenchError
+    from workbench.format.errors import WorkbenchError
 
     with pytest.raises(WorkbenchError, match="dask://HOST:PORT"):
         reduce.parse_executor("ray://x")

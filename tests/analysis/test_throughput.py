@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from workbench.console import print_analysis
-from workbench.compare import compare_runs
-from workbench.verdict import analyze_run
+from workbench.cli.console import print_analysis
+from workbench.pipeline.compare import compare_runs
+from workbench.pipeline.verdict import analyze_run
 
 TRACES = ROOT / "traces"
 CASE = ROOT / "case_studies" / "utilisation_30_to_85"

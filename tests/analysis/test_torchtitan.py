@@ -17,7 +17,7 @@ from statistics import mean
 import pytest
 
 from tests.conftest import TRACES
-from workbench.verdict import analyze_run
+from workbench.pipeline.verdict import analyze_run
 
 STEP = re.compile(r"step:\s+(\d+)\s.*?tps:\s+([\d,]+).*?mfu:\s+([\d.]+)%")
 SIZE = re.compile(r"Model llama3 \w+ size: ([\d,]+) total parameters")

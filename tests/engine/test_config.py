@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import workbench
 from tests.engine.conftest import PRESETS
 from workbench.engine.config import Config, load_config
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 
 def test_presets_load_and_overrides_parse_as_toml():

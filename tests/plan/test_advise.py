@@ -11,7 +11,7 @@ import pytest
 from workbench.plan.advise import RunCase, alternatives
 from workbench.plan.calibrate import calibrate
 from workbench.plan.engine_runs import engine_case
-from workbench.plan.hardware import make_cluster
+from workbench.hardware.systems import make_cluster
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 
@@ -91,7 +91,7 @@ def advised(run: str) -> dict:
     import json
 
     from workbench.plan.advise import advise
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     doc = json.loads(json.dumps(analyze_run(TRACES / run).to_json(), default=str))
     return {d["id"]: d for d in advise(doc, TRACES / run)["diagnoses"]}

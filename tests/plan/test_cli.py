@@ -76,9 +76,9 @@ def test_text_output_names_the_memory_and_the_split():
 
 
 def test_plan_imports_no_torch_plotly_streamlit():
-    code = ("import sys, io, contextlib\nimport workbench.cli\n"
+    code = ("import sys, io, contextlib\nimport workbench.cli.main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    workbench.cli.main(['plan', 'gpt3-175b', '--gpus', '1024', '--gpu', 'H100', '--json'])\n"
+            "    workbench.cli.main.main(['plan', 'gpt3-175b', '--gpus', '1024', '--gpu', 'H100', '--json'])\n"
             "print(' '.join(sys.modules))")
     mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert "workbench.plan.search" in mods

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.conftest import TRACES
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.plan.from_run import run_model
 from workbench.plan.layout import torch_stack
 from workbench.plan.model import PRESETS
@@ -138,7 +138,7 @@ def nanogpt_doc(monkeypatch):
 
 
 def test_from_run_of_a_non_engine_run(capsys, nanogpt_doc):
-    from workbench.cli import main
+    from workbench.cli.main import main
 
     assert main(["plan", "--from-run", str(RUN), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -159,7 +159,7 @@ def test_from_run_of_a_non_engine_run(capsys, nanogpt_doc):
 
 
 def test_from_run_text_shows_the_run_beside_its_prediction(capsys, nanogpt_doc):
-    from workbench.cli import main
+    from workbench.cli.main import main
 
     assert main(["plan", "--from-run", str(RUN)]) == 0
     out = capsys.readouterr().out
@@ -169,7 +169,7 @@ def test_from_run_text_shows_the_run_beside_its_prediction(capsys, nanogpt_doc):
 
 
 def test_from_run_of_a_run_without_a_model_is_one_line(capsys, monkeypatch):
-    from workbench.cli import main
+    from workbench.cli.main import main
     from workbench.plan import from_run
 
     monkeypatch.setattr(from_run, "analysis_of", lambda run: doc(None))
@@ -212,7 +212,7 @@ def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_infe
     assert eff.host_s_per_kernel == pytest.approx(step * 1e-3 / kernels, rel=1e-6)
     assert eff.kernels_per_layer == pytest.approx(kernels / 8, rel=1e-6)  # 8 layers, 1 micro-batch
     job = run_model(d, name="hf")
-    from workbench.plan.hardware import make_cluster
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.timing import step_time
 
     t = step_time(job.model, job.layout, job.stack, job.global_batch, make_cluster("H200", 1), eff)
@@ -222,7 +222,7 @@ def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_infe
 def test_a_host_bound_micro_batch_gains_nothing_from_a_pipeline():
     """One micro-batch through two stages: each stage's host launches its half in turn, so the
     host-bound step stays kernels/layer x layers x rate (the fill and drain count as for kernels)."""
-    from workbench.plan.hardware import make_cluster
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.layout import Layout
     from workbench.plan.model import ModelSpec
     from workbench.plan.timing import Efficiencies, step_time

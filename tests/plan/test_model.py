@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.engine.config import PRESETS as ENGINE, ModelConfig
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.plan.model import PRESETS, model_spec, parse_model
 
 

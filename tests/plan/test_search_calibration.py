@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import TRACES, workbench
-from workbench.plan.hardware import make_cluster
+from workbench.hardware.systems import make_cluster
 from workbench.plan.model import model_spec
 from workbench.plan.request import build_request
 from workbench.plan.search import layouts, plan

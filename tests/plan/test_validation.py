@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import TRACES, workbench
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.plan.model import ModelSpec
 from workbench.plan.request import build_request
 from workbench.plan.search import divisors, layouts
@@ -20,7 +20,7 @@ GPT = "L=32,h=4096,a=32,V=50304,s=4096"
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    from workbench.cli import main
+    from workbench.cli.main import main
 
     rc = main(["plan", *args])
     o = capsys.readouterr()

@@ -1,4 +1,4 @@
-"""Store one file through the app's upload (``workbench.uploads.store_upload``, what the Upload page
+"""Store one file through the app's upload (``workbench.ui.uploads.store_upload``, what the Upload page
 calls with the browser's bytes), as a command: exit 2 with one line on a refused upload.
 
     python tests/scripts/upload_one.py ROOT NAME FILE
@@ -7,9 +7,9 @@ calls with the browser's bytes), as a command: exit 2 with one line on a refused
 import sys
 from pathlib import Path
 
-from workbench.console import error
-from workbench.errors import WorkbenchError
-from workbench.uploads import store_upload
+from workbench.cli.console import error
+from workbench.format.errors import WorkbenchError
+from workbench.ui.uploads import store_upload
 
 root, name, file = sys.argv[1:]
 try:

@@ -20,10 +20,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.events import classify
 from workbench.analysis.intervals import Spans, clip, encloses, overlap_length, union_length, wait_starts
-from workbench.kineto import COLLECTIVE_OPS, normalise_op  # noqa: F401 - callers read the op names here
+from workbench.format.kineto import COLLECTIVE_OPS, normalise_op  # noqa: F401 - callers read the op names here
 from workbench.load.trace import Trace
 
 INVENTORY_COLUMNS = ["op", "dtype", "bytes", "group_size", "pg_name", "calls", "calls_per_step",

@@ -4,7 +4,7 @@ The step breakdown, the communication overlap, the device's busy time, the pipel
 the app's timeline all need the same facts about each event: is it on the training loop's
 thread, on a GPU stream, a step annotation, a DataLoader wait, a communication kernel, op or
 backend annotation, a point-to-point transfer? :func:`classify` answers them once per trace, with
-the names of :mod:`workbench.kineto`, as boolean masks over ``trace.events`` rows, so that the
+the names of :mod:`workbench.format.kineto`, as boolean masks over ``trace.events`` rows, so that the
 timeline shows what the breakdown counts. Computed once per trace object (kept while the trace
 lives), so any number of frames may ask.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.intervals import cat_mask
 from workbench.load.trace import Trace
 

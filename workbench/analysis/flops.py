@@ -38,7 +38,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.intervals import str_mask
 from workbench.load.trace import Trace
 
@@ -270,7 +270,7 @@ def step_flops(ops: pd.DataFrame, windows: pd.DataFrame, peaks: dict[str, float]
     traces), flops, tflops_per_s (achieved), mfu_pct (the time the step's FLOPs need at each
     dtype's dense peak, over the step time: MFU for a mix of dtypes; None without a peak for every
     dtype that ran), mfu_bf16_pct (all FLOPs against the bf16 peak, the usual headline),
-    flops_<dtype> for each dtype that ran. ``peaks``: dtype → dense FLOP/s (workbench.peaks)."""
+    flops_<dtype> for each dtype that ran. ``peaks``: dtype → dense FLOP/s (workbench.hardware.peaks)."""
     dtypes = sorted(ops["dtype"].unique()) if not ops.empty else []
     by = ops.groupby(["step", "dtype"])["flops"].sum() if not ops.empty else pd.Series(dtype=float)
     rows = []

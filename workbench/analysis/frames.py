@@ -6,9 +6,9 @@ function of one rank's trace (and the run's :class:`Params`: device name, memory
 computes it. A frame function receives a :class:`RankFrames` and may ask it for other frames
 (``rf[WINDOWS]``): each is computed once per rank. Rules, the ``--json`` metrics, the app and the
 report read frames through ``Context.frame(FRAME, rank)``; a rule declares the frames it reads
-(``@reads(...)`` in :mod:`workbench.diagnose.base`), and :mod:`workbench.reduce` computes exactly
+(``@reads(...)`` in :mod:`workbench.diagnose.base`), and :mod:`workbench.pipeline.reduce` computes exactly
 the declared ones next to each trace, in worker processes, and caches them
-(:mod:`workbench.cache`). A frame that is not in a run's summaries is computed from the rank's
+(:mod:`workbench.pipeline.cache`). A frame that is not in a run's summaries is computed from the rank's
 trace, read again on demand: slower, never wrong.
 
 This module holds the frames of the analysis layer; a rule that needs a per-rank value of its own
@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from workbench import devices
+from workbench.hardware import devices
 from workbench.analysis.comm import collective_calls, collective_inventory, comm_overlap
 from workbench.analysis.kernel_classes import Efficiency, compact, efficiency
 from workbench.analysis.kernels import device_busy
@@ -58,7 +58,7 @@ class Params:
     capacity_bytes: int | None = None
     peak: str | None = None
     """A user's peak, ``"400 bf16"`` (``workbench analyze --peak-tflops 400 --peak-dtype bf16``,
-    workbench.devices.peak_spec), for a device the table lacks."""
+    workbench.hardware.devices.peak_spec), for a device the table lacks."""
 
     @classmethod
     def of_manifest(cls, manifest: dict, peak: str | None = None) -> Params:
@@ -124,7 +124,7 @@ class RankFrames:
 
     def device_name(self) -> str | None:
         """The run's device (manifest), else the trace's ``deviceProperties``, as the analysis
-        names it (workbench.devices.label: the resolved GPU, the user's peak)."""
+        names it (workbench.hardware.devices.label: the resolved GPU, the user's peak)."""
         return devices.label(self.params.device_name, self.devices[0] if self.devices else None, self.params.peak)
 
     def capacity_bytes(self) -> int | None:

@@ -9,7 +9,7 @@ profiler's host cost does not change them. So:
 
 - **the job's step** is the mean of the unprofiled steady steps (each rank's mean, averaged over
   the ranks: they step together)
-  (:mod:`workbench.overhead`: ``step ≥ 1``, profiler off, the GPU's clock where captured). What
+  (:mod:`workbench.format.overhead`: ``step ≥ 1``, profiler off, the GPU's clock where captured). What
   makes a mean fragile is gone by construction: the capture's own pauses (the trace export, up
   to seconds) fall in no step (``capture_ms``; for older runs the one step that held the export
   takes the host's figure). What is left is the job's: a mean, not a median, because a starved

@@ -41,9 +41,9 @@ import pandas as pd
 from workbench.analysis.flops import gpu_launches, op_flops, step_flops
 from workbench.analysis.rocm_kernels import classify_rocm
 from workbench.analysis.steps import step_windows
-from workbench.kineto import COMM_KERNEL
+from workbench.format.kineto import COMM_KERNEL
 from workbench.load.trace import Trace
-from workbench.peaks import device_peak
+from workbench.hardware.peaks import device_peak
 
 CLASSES = ("gemm_tensor_core", "gemm_simt", "attention", "elementwise", "normalization", "reduction", "optimizer",
            "indexing", "copy", "communication", "other")
@@ -324,7 +324,7 @@ def compact(e: Efficiency) -> Efficiency:
     ``bytes`` and their ``calls``) and one op row per dtype (summed ``flops``): what the run-level
     reads (class_breakdown, unclassified, top kernels, where_time_goes, FLOPs by dtype) need, in
     hundreds of rows instead of one per kernel. Per-kernel questions (times, launching ops) are
-    answered next to the trace before compaction (see workbench.reduce)."""
+    answered next to the trace before compaction (see workbench.pipeline.reduce)."""
     k = e.kernels
     if not k.empty:
         k = (k.assign(calls=1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.comm import comm_intervals
 from workbench.analysis.intervals import cat_mask, clip, merge, union_length
 from workbench.load.trace import Trace

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.intervals import str_mask
 from workbench.analysis.flops import gpu_launches, op_flops
 from workbench.analysis.steps import step_windows

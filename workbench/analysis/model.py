@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.flops import ATTENTION
 from workbench.analysis.intervals import merge, str_mask
 from workbench.load.trace import Trace

@@ -21,7 +21,7 @@ TraceLens's MI300X/MI210 traces; traces/public):
 
 RCCL keeps NCCL's kernel names (``ncclDevKernel_Generic``), which the communication pattern takes.
 An fp32/fp64 GEMM is ``gemm_simt`` (the fp32 path, held to the table's fp32 figure: the MFMA fp32
-peak on AMD, workbench.devices); reduced-precision ones are ``gemm_tensor_core``.
+peak on AMD, workbench.hardware.devices); reduced-precision ones are ``gemm_tensor_core``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.events import classify
 from workbench.analysis.intervals import Spans, blocked_waits, cat_mask, exclusive_lengths
 from workbench.load.trace import Trace

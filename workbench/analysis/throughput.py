@@ -3,7 +3,7 @@
 ``workbench compare``, the app's Overview, the ``dataloader_stall`` rule and the case studies share.
 
 **Steady steps** are the rows with ``step ≥ STEADY_FIRST_STEP`` that the profiler neither recorded
-nor warmed up on (:mod:`workbench.overhead`):
+nor warmed up on (:mod:`workbench.format.overhead`):
 
 - step 0 carries the start-up (CUDA context, allocator growth, cuDNN autotuning, DataLoader
   workers starting): 5,126 ms against a 117 ms median on ``traces/case_gpu_2_preload_shm``.
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.overhead import phases, row_times, steady_mask
+from workbench.format.overhead import phases, row_times, steady_mask
 
 SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_ms", "median_step_ms", "data_wait_ms", "tokens",
                    "clock"]
@@ -63,7 +63,7 @@ def warmup_steps(t: pd.Series, wait: pd.Series, keep: int = 3) -> int:
 
 
 def step_time_ms(steps: pd.DataFrame, warmup: int | None = None) -> pd.Series:
-    """Each steps-CSV row's time (:func:`workbench.overhead.row_times`): ``gpu_step_ms`` where
+    """Each steps-CSV row's time (:func:`workbench.format.overhead.row_times`): ``gpu_step_ms`` where
     captured, else the host's ``step_ms``; NaN where neither."""
     recs = steps.to_dict("records")
     t = row_times(recs, phases(recs, warmup))

@@ -25,9 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from workbench import contract
+from workbench.format import contract
 from workbench.capture.job_control import ChildJob
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 
 def parse_schedule(text: str) -> tuple[int, int, int]:
@@ -171,11 +171,11 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
 
 
 def _capture_overhead(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The recorded steps against the unprofiled ones (:func:`workbench.overhead.capture_overhead`),
+    """The recorded steps against the unprofiled ones (:func:`workbench.format.overhead.capture_overhead`),
     from the ranks' step rows; None when a run has not both (or its rows cannot be read)."""
     import csv
 
-    from workbench.overhead import capture_overhead
+    from workbench.format.overhead import capture_overhead
 
     rows = {}
     for f in sorted(run_dir.glob("steps_rank*.csv")):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from workbench.contract import NVML_COLUMNS
+from workbench.format.contract import NVML_COLUMNS
 
 
 class NvmlBackend(Protocol):

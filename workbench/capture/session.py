@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from workbench import contract
+from workbench.format import contract
 from workbench.capture.sampler import Sampler, open_nvml
 from workbench.capture.device_clock import DeviceStepClock
 from workbench.capture.steps import StepSource, make_source

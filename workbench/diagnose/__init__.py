@@ -27,14 +27,14 @@ RULES = (redundant_allgather, exposed_communication, oom_risk, memory_fragmentat
 """The rules that read a :class:`Context` (``dataloader_stall`` reads the breakdown and the steps CSVs)."""
 
 READS = unique(f for rule in RULES for f in getattr(rule, "reads", ()))
-"""Every per-rank frame a rule declares: what workbench.reduce computes for the rules."""
+"""Every per-rank frame a rule declares: what workbench.pipeline.reduce computes for the rules."""
 
 
 def diagnose(breakdown, run_config: dict | None = None, context: Context | None = None) -> list[Diagnosis]:
     """Run every rule; most severe first, then by estimated step-time saved.
 
     With only ``breakdown`` the breakdown-level rules run (dataloader_stall, straggler_rank);
-    ``context`` (built by ``workbench.verdict.analyze_run``) enables the rest.
+    ``context`` (built by ``workbench.pipeline.verdict.analyze_run``) enables the rest.
     """
     ctx = context or Context(breakdown=breakdown, run_config=run_config)
     found = [dataloader_stall(breakdown, run_config, ctx.steps, ctx.steps_warmup)]

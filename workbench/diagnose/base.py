@@ -63,7 +63,7 @@ def severity_for(value: float, bands: tuple[tuple[float, str], ...]) -> str | No
 
 @dataclass(kw_only=True)
 class Context:
-    """Everything a rule may read, built once per run (``workbench.verdict.analyze_run``): the
+    """Everything a rule may read, built once per run (``workbench.pipeline.verdict.analyze_run``): the
     run-level breakdown, the steps CSVs, and each rank's frames (:meth:`frame`)."""
 
     breakdown: Any
@@ -194,7 +194,7 @@ class Context:
 
 
 def reads(*declared: Frame) -> Callable[[Rule], Rule]:
-    """Declare the per-rank frames a rule reads: ``@reads(frames.COMM_OVERLAP)``. workbench.reduce
+    """Declare the per-rank frames a rule reads: ``@reads(frames.COMM_OVERLAP)``. workbench.pipeline.reduce
     computes exactly the frames the rules declare (next to each trace, cached), so a frame read but
     not declared is computed from a re-read trace (``Context.undeclared`` names it)."""
     def mark(rule: Rule) -> Rule:

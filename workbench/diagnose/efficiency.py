@@ -8,7 +8,7 @@ input-bound"). A problem that costs < 5 % of the step is not reported. Savings a
 estimates (upper bounds of what the one fix recovers):
 
 ``fp32_matmul``: GEMM/conv time on CUDA cores (``gemm_simt``) or in tf32 kernels. Saved =
-simt_ms × (1 − fp32_peak/bf16_peak) + tf32_ms × (1 − tf32_peak/bf16_peak) (workbench.peaks: the
+simt_ms × (1 − fp32_peak/bf16_peak) + tf32_ms × (1 − tf32_peak/bf16_peak) (workbench.hardware.peaks: the
 same share of a faster peak). Fix: bf16 autocast, or ``torch.set_float32_matmul_precision("high")``.
 A GPU without bf16 tensor cores (V100, T4) is held to its fp16 peak, and the fix is fp16 autocast
 with a GradScaler (a V100's fp16 tensor cores: 125 against 15.7 TFLOP/s fp32).
@@ -56,14 +56,14 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis import frames
 from workbench.analysis.flops import gpu_launches
 from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.intervals import str_mask
 from workbench.analysis.kernel_classes import Efficiency, compact
 from workbench.diagnose.base import per_sample, Context, Diagnosis, gain, reads, severity_for
-from workbench.peaks import device_peak
+from workbench.hardware.peaks import device_peak
 
 IMPACT_BANDS = ((5.0, "info"), (10.0, "warning"), (20.0, "critical"))
 FUSION_SAVING = 0.45
@@ -131,7 +131,7 @@ def _per_step_ms(k: pd.DataFrame, steps: int) -> float:
 
 def _saving(saved_of, rf: RankFrames):
     """``saved_of(efficiency in steps, steps, step ms, rf)`` of a rank that ran GPU kernels in its
-    steps, else None: (evidence, saved ms per step) or None. Next to the trace (workbench.reduce),
+    steps, else None: (evidence, saved ms per step) or None. Next to the trace (workbench.pipeline.reduce),
     where the kernel rows are."""
     if not rf.has_gpu:
         return None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis import frames
 from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.intervals import cat_mask, merge

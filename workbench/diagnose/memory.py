@@ -28,7 +28,7 @@ headroom.
 
 from __future__ import annotations
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis import frames
 from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.memory import GIB, allocator_summary, zero_model_states_bytes

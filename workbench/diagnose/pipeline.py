@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench import kineto
+from workbench.format import kineto
 from workbench.analysis.events import classify
 from workbench.analysis.frames import Frame, RankFrames, WINDOWS
 from workbench.analysis.intervals import blocked_waits, cat_mask, clip, overlap_length, union_length

@@ -23,7 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 STEP_DIR = "step_{step}"
 _STEP_RE = re.compile(r"^step_(\d+)$")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 # GPT sizes: (n_layer, n_head, d_model, seq_len, vocab). 370m is the GPU benchmark model
 # (NOTES.md: 38% MFU eager on one H200 at batch 16); tiny is what CPU tests can afford.

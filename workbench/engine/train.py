@@ -83,7 +83,7 @@ def init_distributed() -> torch.device:
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    from workbench.peaks import peak_flops as device_peak
+    from workbench.hardware.peaks import peak_flops as device_peak
 
     return device_peak(torch.cuda.get_device_name(device))
 
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. data.num_workers=8 (repeatable)")
     args = p.parse_args(argv)
-    from workbench.errors import WorkbenchError
+    from workbench.format.errors import WorkbenchError
 
     try:
         cfg = load_config(args.config, args.overrides)

@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 
 
 class _Event(msgspec.Struct, gc=False):

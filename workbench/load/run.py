@@ -2,7 +2,7 @@
 
 ``load_run`` accepts a run directory written by ``workbench profile`` or a bare directory of
 traces under any ``*.json[.gz]`` name (``tensorboard_trace_handler``'s ``*.pt.trace.json.gz``, HTA's
-``rank-0.json.gz``, ``export_chrome_trace``'s ``trace.json``: :mod:`workbench.discover` says which
+``rank-0.json.gz``, ``export_chrome_trace``'s ``trace.json``: :mod:`workbench.format.discover` says which
 files are traces; the rank comes from each trace's ``distributedInfo``, then its file name, then
 file order). Missing pieces are fine
 (no manifest, no NVML, no steps); a corrupt piece is a :class:`TraceError` naming the file.
@@ -19,10 +19,14 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from workbench import contract, devices, discover
-from workbench import manifest as manifest_file
-from workbench.kineto import RANK_FILE, trace_files
-from workbench.errors import TraceError, WorkbenchError
+from workbench.format import contract
+
+from workbench.hardware import devices
+
+from workbench.format import discover
+from workbench.format import manifest as manifest_file
+from workbench.format.kineto import RANK_FILE, trace_files
+from workbench.format.errors import TraceError, WorkbenchError
 from workbench.load import jobs
 from workbench.load.jobs import Candidate
 from workbench.load.trace import Trace, read_trace
@@ -38,7 +42,7 @@ class RankData:
     """nvml_rank{r}.csv (contract.NVML_COLUMNS), or None."""
     summary: Any = None
     """workbench.analysis.frames.RankSummary: the rank reduced to what analysis reads (set by
-    ``workbench.reduce.load_reduced``, where ``trace`` stays None)."""
+    ``workbench.pipeline.reduce.load_reduced``, where ``trace`` stays None)."""
 
 
 @dataclass(slots=True)
@@ -62,7 +66,7 @@ class Run:
     @property
     def traces(self) -> dict[int, Trace]:
         """The ranks' parsed traces (event tables): empty for a run loaded as summaries
-        (``workbench.reduce``), whose ranks' events are read on demand (:meth:`trace`)."""
+        (``workbench.pipeline.reduce``), whose ranks' events are read on demand (:meth:`trace`)."""
         return {r: d.trace for r, d in self.ranks.items() if d.trace is not None}
 
     @property
@@ -88,7 +92,7 @@ class Run:
 
     @property
     def device_name(self) -> str | None:
-        """The device as the analysis names it (workbench.devices.label): the manifest's or the
+        """The device as the analysis names it (workbench.hardware.devices.label): the manifest's or the
         first trace's device name, or the GPU its properties resolve to when the name does not say."""
         props = next((t.devices[0] for t in self.rank_info.values() if t.devices), None)
         return devices.label(self.manifest.get("device_name"), props)
@@ -108,7 +112,7 @@ class Run:
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    """The run's manifest, checked (:func:`workbench.manifest.read`; its warnings dropped)."""
+    """The run's manifest, checked (:func:`workbench.format.manifest.read`; its warnings dropped)."""
     return manifest_file.read_manifest(path)
 
 
@@ -172,9 +176,9 @@ def locate(path: Path | str) -> tuple[Run, list[Path]]:
 
 def rank_of(trace, file: Path) -> int:
     """The rank a trace is analysed as: its ``distributedInfo`` rank, else the rank its file name
-    states (``rank3``, ``rank-3``, ``sampled_rank_3``: workbench.discover), else 0 (a single-process
+    states (``rank3``, ``rank-3``, ``sampled_rank_3``: workbench.format.discover), else 0 (a single-process
     job; its profiler cycles then collapse in :func:`one_job`; several processes without a rank are
-    ranked by file order, :func:`workbench.discover.rank_by_order`)."""
+    ranked by file order, :func:`workbench.format.discover.rank_by_order`)."""
     if trace.rank is not None:
         return int(trace.rank)
     named = discover.rank_from_name(Path(file).name)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import kineto
+from workbench.format import kineto
 
 MIN_REACH_US = 60e6
 """How far past the trace's last start an event may end however short the trace (60 s)."""

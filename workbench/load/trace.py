@@ -44,10 +44,10 @@ from typing import Any, Iterator
 import msgspec
 import pandas as pd
 
-from workbench.devices import labelled
-from workbench.errors import TraceError
-from workbench import kineto
-from workbench.jsonscan import TOO_DEEP, object_prefix
+from workbench.hardware.devices import labelled
+from workbench.format.errors import TraceError
+from workbench.format import kineto
+from workbench.format.jsonscan import TOO_DEEP, object_prefix
 from workbench.load.sanity import clean_events
 from workbench.load.columns import DECODER, EVENTS_DECODER, Columns, _Trace, as_int, as_name
 
@@ -504,7 +504,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
         memory=memory,
         comms=comms,
         distributed=dist,
-        devices=labelled(device_properties(doc.deviceProperties)),  # resolved: workbench.devices
+        devices=labelled(device_properties(doc.deviceProperties)),  # resolved: workbench.hardware.devices
         threads=cols.threads,
         base_time_ns=as_int(doc.baseTimeNanoseconds, lo=1),
         first_step=first_step,
@@ -515,7 +515,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
 # ---- the header ------------------------------------------------------------------------------------
 # Kineto's header fields, checked once here so that analysis (workbench.load.jobs comparing
 # pg_config across ranks, analysis.comm taking the first group's size, the device name looked up
-# in workbench.peaks) can trust their types. A foreign, edited or corrupt trace may put anything
+# in workbench.hardware.peaks) can trust their types. A foreign, edited or corrupt trace may put anything
 # there (fuzzing found a string rank, a null device, a group's ranks given as a number); the
 # events are still good, so a field that does not fit is dropped, never the trace. Keys not named
 # below are kept as they are: nothing reads them (a reader that starts to adds its key here).

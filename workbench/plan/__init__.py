@@ -4,7 +4,7 @@ A layer beside analysis: it reads runs' analyses (``--calibrate``), never the ap
 neither torch nor plotly. Pure functions over typed dataclasses:
 
     model.py      ModelSpec, presets, parameters and FLOPs
-    hardware.py   GpuSpec (peaks via workbench.peaks), memory capacity, links per system
+    hardware.py   GpuSpec (peaks via workbench.hardware.peaks), memory capacity, links per system
     layout.py     Layout (tp, pp, dp, zero, mb, recompute, sp, vpp) and Stack (megatron | torch)
     memory.py     memory per GPU (ZeRO; Korthikanti et al. 2022 activations; pipeline in-flight)
     comm.py       collectives per step and their time

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from workbench.plan.hardware import FIT_FRACTION, Cluster, make_cluster
+from workbench.hardware.systems import FIT_FRACTION, Cluster, make_cluster
 from workbench.plan.layout import RECOMPUTE, Layout, Stack, torch_stack
 from workbench.plan.memory import memory
 from workbench.plan.model import ModelSpec
@@ -254,7 +254,7 @@ def run_case(run, doc: dict | None = None) -> RunCase | None:
     """The planner's view of a GPU run (``plan --from-run``'s: the engine's config, else the model
     inferred from the trace), calibrated on the run itself; None where no plan applies (a CPU run,
     a model the trace does not show: a convolutional net, a trace without shapes)."""
-    from workbench.errors import WorkbenchError
+    from workbench.format.errors import WorkbenchError
     from workbench.plan.calibrate import calibrate
     from workbench.plan.from_run import run_job
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
 from workbench.plan.measured import data_wait_ms
 from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
@@ -40,8 +40,8 @@ def gemm_calls(run: str | Path) -> list[tuple[float, float]]:
     read from the run's cached summaries (the ones ``workbench analyze`` wrote) — no trace is read
     again when they are there."""
     from workbench.analysis.frames import GEMM_CALLS, Params
-    from workbench.reduce import load_reduced
-    from workbench.verdict import READS
+    from workbench.pipeline.reduce import load_reduced
+    from workbench.pipeline.verdict import READS
 
     r = load_reduced(run, READS)
     params = Params.of_manifest(r.manifest)
@@ -136,9 +136,9 @@ def _collective_busbw(doc: dict, hosts: int) -> dict[str, float]:
 def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: dict | None = None) -> Efficiencies:
     """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives).
     ``docs``: ``{str(run): its analyze --json document}`` already at hand (not analysed again)."""
-    from workbench.peaks import device_peak
+    from workbench.hardware.peaks import device_peak
     from workbench.plan.engine_runs import engine_case, read_manifest
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     if not runs:
         raise WorkbenchError("--calibrate needs at least one run directory")
@@ -264,7 +264,7 @@ def _inferred_case(doc: dict, name: str):
 def counted_bytes(case) -> dict[str, float]:
     """Bytes per step this planner counts for an engine run's memory-bound kernels (layers, loss,
     embedding) and optimizer: the denominators of the calibrated shares."""
-    from workbench.plan.hardware import make_cluster
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.timing import step_time
 
     unit = Efficiencies(memory_bound=1.0, optimizer=1.0)

@@ -115,8 +115,8 @@ def memory_checks(root: Path = TRACES) -> list[Check]:
 
 def comm_checks(root: Path = TRACES) -> list[Check]:
     from workbench.plan.comm import collectives
-    from workbench.plan.hardware import make_cluster
-    from workbench.verdict import analyze_run
+    from workbench.hardware.systems import make_cluster
+    from workbench.pipeline.verdict import analyze_run
 
     out = []
     for name in CPU_RUNS:
@@ -135,9 +135,9 @@ def comm_checks(root: Path = TRACES) -> list[Check]:
 
 def time_checks(root: Path = TRACES) -> list[Check]:
     from workbench.plan.calibrate import calibrate
-    from workbench.plan.hardware import make_cluster
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.timing import step_time
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     out, cache = [], {}
     for target, cal in time_pairs(root):

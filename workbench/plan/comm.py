@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from workbench.plan.hardware import LINK_LATENCY_S, Cluster
+from workbench.hardware.systems import LINK_LATENCY_S, Cluster
 from workbench.plan.layout import Layout, Stack, dtype_bytes
 from workbench.plan.memory import _stage_params, stage_layers
 from workbench.plan.model import ModelSpec

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 JSON_SCHEMA = "workbench.compare_plan/1"
 
@@ -39,11 +39,11 @@ def _row(metric: str, unit: str, predicted: float | None, measured: float | None
 def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) -> dict:
     """The run against ``plan_doc``'s first layout; WorkbenchError for a document that is not a
     valid plan, or (unless ``force``) a plan for another model, GPU, GPU count or device class."""
-    from workbench.peaks import peak_flops
+    from workbench.hardware.peaks import peak_flops
     from workbench.plan.measured import max_allocated_bytes
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.plan_file import check_plan, job_mismatches
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     check_plan(plan_doc)
     if not plan_doc.get("plans"):
@@ -107,7 +107,7 @@ def run_shape(doc: dict, case) -> dict | None:
 
 
 def cmd_compare_plan(args) -> int:
-    """The ``workbench compare RUN PLAN.json`` form (called by workbench.compare's command)."""
+    """The ``workbench compare RUN PLAN.json`` form (called by workbench.pipeline.compare's command)."""
     import sys
 
     from workbench.plan.plan_file import read_plan

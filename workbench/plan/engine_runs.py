@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from workbench import manifest as manifest_file
-from workbench.errors import WorkbenchError
+from workbench.format import manifest as manifest_file
+from workbench.format.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
 from workbench.plan.model import ModelSpec
 
@@ -40,7 +40,7 @@ class EngineCase:
 
 
 def read_manifest(run: str | Path) -> dict:
-    """The run's manifest through the one checked reader (workbench.manifest): a directory, bad
+    """The run's manifest through the one checked reader (workbench.format.manifest): a directory, bad
     JSON, deep nesting or mistyped keys are one-line errors or left-out keys, never a traceback."""
     if not (Path(run) / "manifest.json").exists():
         raise WorkbenchError(f"{run}: no manifest.json (not a workbench run directory)")

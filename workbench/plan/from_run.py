@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
 from workbench.plan.measured import data_wait_ms, job_step_ms, measured_of, peak_allocated_bytes
 from workbench.plan.model import ModelSpec
@@ -257,8 +257,8 @@ def analysis_of(run: str | Path) -> dict:
     analysed (and cached, as ``workbench analyze`` does)."""
     import json
 
-    from workbench import cache as result_cache
-    from workbench.verdict import analyze_run
+    from workbench.pipeline import cache as result_cache
+    from workbench.pipeline.verdict import analyze_run
 
     doc = result_cache.cached_result(run)
     if doc is None:
@@ -274,7 +274,7 @@ def _pct(pred: float | None, meas: float | None) -> float | None:
 def from_run_json(req, result) -> dict:
     """``req.from_run`` (what the run is) with, for a GPU run, the plan of the run's own layout
     beside what it measured and the best layouts on 1, 2, 4 and 8 times its GPUs."""
-    from workbench.plan.hardware import make_cluster
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.search import plan
 
     out = dict(req.from_run)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

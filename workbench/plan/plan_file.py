@@ -14,7 +14,7 @@ import math
 import re
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 MAX_PLAN_BYTES = 64 << 20
 """A plan of thousands of layouts is a few MB; a larger file is not one."""
@@ -160,7 +160,7 @@ def job_mismatches(plan_doc: dict, run_doc: dict, run_shape: dict | None) -> lis
     """How the plan's job differs from the run's: model, device class (GPU/CPU), GPU kind and
     count. ``run_shape``: the run's ``layers``, ``hidden``, ``params`` where known (its engine
     config, or the model the analysis inferred). Empty: the plan is for this run."""
-    from workbench.devices import resolve
+    from workbench.hardware.devices import resolve
 
     out: list[str] = []
     m, c, run = plan_doc["model"], plan_doc["cluster"], run_doc.get("run") or {}

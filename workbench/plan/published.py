@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.plan.hardware import make_cluster
+from workbench.hardware.systems import make_cluster
 from workbench.plan.layout import Layout
 from workbench.plan.model import PRESETS, ModelSpec
 from workbench.plan.search import Evaluated, PlanRequest, evaluate, layouts

@@ -34,7 +34,7 @@ Keys are only ever added, never renamed or removed.
 
 from __future__ import annotations
 
-from workbench.plan.hardware import FIT_FRACTION
+from workbench.hardware.systems import FIT_FRACTION
 from workbench.plan.search import Evaluated, Plan, collectives_of
 from workbench.plan.timing import gemm_calls
 

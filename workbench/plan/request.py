@@ -9,8 +9,8 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
                   calibrate: list | None = None, stack: str | None = None, dtype: str = "bf16",
                   flash_attention: bool = False, dp_overlap: bool = False, from_run: str | None = None):
     """The PlanRequest that ``workbench plan``'s flags (and the app's Plan page) describe."""
-    from workbench.errors import WorkbenchError
-    from workbench.plan.hardware import make_cluster
+    from workbench.format.errors import WorkbenchError
+    from workbench.hardware.systems import make_cluster
     from workbench.plan.layout import fill_dp, parse_layout
     from workbench.plan.model import model_spec
     from workbench.plan.search import PlanRequest
@@ -64,7 +64,7 @@ def _self_calibrated(job):
     defaults, saying why, where the run has nothing to measure."""
     from dataclasses import replace
 
-    from workbench.errors import WorkbenchError
+    from workbench.format.errors import WorkbenchError
     from workbench.plan.calibrate import calibrate
     from workbench.plan.timing import Efficiencies
 

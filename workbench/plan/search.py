@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.plan.comm import collectives
-from workbench.plan.hardware import FIT_FRACTION, Cluster
+from workbench.hardware.systems import FIT_FRACTION, Cluster
 from workbench.plan.layout import RECOMPUTE, Layout, Stack, stack_for
 from workbench.plan.memory import MemoryBreakdown, memory
 from workbench.plan.model import ModelSpec

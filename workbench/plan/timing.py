@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from workbench.plan.comm import Collective, call_seconds, collectives
-from workbench.plan.hardware import Cluster
+from workbench.hardware.systems import Cluster
 from workbench.plan.layout import Layout, Stack, dtype_bytes
 from workbench.plan.memory import stage_layers, _stage_params
 from workbench.plan.model import ModelSpec

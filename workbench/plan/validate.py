@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "layers": (1, 100_000),

@@ -7,8 +7,9 @@ import streamlit as st
 
 from workbench.analysis import frames
 from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
-from workbench.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
-from workbench.ui import state, summary
+from workbench.present.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
+from workbench.ui import state
+from workbench.present import summary
 
 GIB = 2**30
 

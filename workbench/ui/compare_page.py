@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from workbench.compare import compare_runs, default_pair
-from workbench.figures import compare_bars, step_breakdown_bar
+from workbench.pipeline.compare import compare_runs, default_pair
+from workbench.present.figures import compare_bars, step_breakdown_bar
 from workbench.ui import state, widgets
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench.figures import step_breakdown_bar, step_time_lines, timeline
-from workbench.ui import state, summary, widgets
+from workbench.present.figures import step_breakdown_bar, step_time_lines, timeline
+from workbench.ui import state, widgets
+from workbench.present import summary
 
 
 def _fmt(v: float | None, unit: str, digits: int = 1) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench.errors import WorkbenchError
-from workbench.devices import resolve
-from workbench.peaks import DEVICES
+from workbench.format.errors import WorkbenchError
+from workbench.hardware.devices import resolve
+from workbench.hardware.peaks import DEVICES
 from workbench.plan.figures import memory_bars, step_split_bars
 from workbench.plan.model import PRESETS
 from workbench.plan.report import to_json

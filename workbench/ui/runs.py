@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench import uploads
-from workbench.errors import WorkbenchError
-from workbench.kineto import trace_files
+from workbench.ui import uploads
+from workbench.format.errors import WorkbenchError
+from workbench.format.kineto import trace_files
 from workbench.ui import state
 
 # Runs whose traces total less than this are analysed to fill the verdict column; larger ones

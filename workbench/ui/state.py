@@ -12,11 +12,11 @@ import streamlit as st
 
 from workbench.analysis.memory import count_params, weight_shapes
 from workbench.analysis.steps import step_windows
-from workbench.errors import WorkbenchError
-from workbench.figures import timeline_lanes
+from workbench.format.errors import WorkbenchError
+from workbench.present.figures import timeline_lanes
 from workbench.load import find_runs
-from workbench.cache import CACHE_DIR
-from workbench.verdict import Analysis, analyze_run
+from workbench.pipeline.cache import CACHE_DIR
+from workbench.pipeline.verdict import Analysis, analyze_run
 
 # Verdicts of the runs analysed in this server process, for the Runs page (which never analyses
 # a large run just to fill a table cell).

@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from workbench.console import alternative_line
+from workbench.cli.console import alternative_line
 
-from workbench.ui import summary
-from workbench.verdict import Analysis
+from workbench.present import summary
+from workbench.pipeline.verdict import Analysis
 
 SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
 

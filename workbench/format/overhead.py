@@ -3,7 +3,7 @@
 A profiler slows what it records, and a host-sensitive loop most: on a GPT-2 124M bf16 loop on an
 H200 the three recorded steps took 1.6× the others. The job's own time is what the unprofiled
 steps take; the recorded window is evidence of *what* runs. This module reads the per-step rows
-of ``steps_rank{r}.csv`` (:data:`workbench.contract.STEP_COLUMNS`) and says, for one run:
+of ``steps_rank{r}.csv`` (:data:`workbench.format.contract.STEP_COLUMNS`) and says, for one run:
 
 - which rows are which (:func:`phases`): ``record`` (traced and kept), ``warmup`` (traced and
   discarded: it costs as much as a recorded step) and ``off``; the ``profiler`` column where

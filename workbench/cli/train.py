@@ -1,4 +1,4 @@
-"""``workbench train``: registered into the CLI by workbench.cli; must not import torch at import time.
+"""``workbench train``: registered into the CLI by workbench.cli.main; must not import torch at import time.
 
 The config is read and checked here, before any process starts, so a wrong key or an impossible
 layout is one line and exit code 2. ``--profile`` goes through ``workbench.capture.launcher.profile``,
@@ -57,7 +57,7 @@ def _world_size(nproc: int) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from workbench.engine.config import config_to_dict, load_config
-    from workbench.errors import WorkbenchError
+    from workbench.format.errors import WorkbenchError
 
     if args.nproc_per_node < 1:
         raise WorkbenchError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
@@ -101,7 +101,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_profiled(args: argparse.Namespace, script_args: list[str], config: dict) -> int:
     from workbench.capture.launcher import default_run_dir, parse_schedule, profile
-    from workbench.console import finish_profiled_run
+    from workbench.cli.console import finish_profiled_run
 
     out = args.out or default_run_dir(f"train-{Path(args.config).stem}.py")
     code, run_dir = profile(str(TRAIN_SCRIPT), script_args, nproc=args.nproc_per_node, out=out,

@@ -43,7 +43,7 @@
         "mfu_bf16_pct": float|null,     # all FLOPs against the bf16 peak (the usual headline)
         "dtype_flops_pct": {dtype: float},  # share of the FLOPs per dtype that ran (bf16, fp16,
                                         # fp8, tf32, fp32 …)
-        "peak": {"tflops": {dtype: float}, "hbm_tb_s", "source"} | null,   # workbench.peaks
+        "peak": {"tflops": {dtype: float}, "hbm_tb_s", "source"} | null,   # workbench.hardware.peaks
         "per_step": [{"rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct", "mfu_bf16_pct"}],
         "classes": [{"class", "subclass", "kernels", "time_ms", "time_pct", "flops", "tflops_per_s",
                      "bytes", "gb_per_s", "bound", "pct_of_peak"}],   # every GPU kernel of all
@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench import reduce
+from workbench.pipeline import reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
@@ -84,9 +84,9 @@ from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
 from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
 from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
 from workbench.diagnose.memory import memory_summaries
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.load import Run
-from workbench.overhead import capture_overhead
+from workbench.format.overhead import capture_overhead
 
 JSON_SCHEMA = "workbench.analyze/1"
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
@@ -97,7 +97,7 @@ ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.C
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
 and the report's pages read the same)."""
 READS = unique((*ANALYSIS_READS, *RULE_READS))
-"""Every frame a run's analysis reads: what workbench.reduce computes next to each trace."""
+"""Every frame a run's analysis reads: what workbench.pipeline.reduce computes next to each trace."""
 
 
 @dataclass(slots=True)
@@ -202,7 +202,7 @@ class Analysis:
         steps = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame()
         if steps.empty or not (steps["flops"] > 0).any():
             return None
-        from workbench.peaks import device_peak
+        from workbench.hardware.peaks import device_peak
 
         def num(v):
             return None if v is None or (isinstance(v, float) and np.isnan(v)) else round(float(v), 4)
@@ -251,7 +251,7 @@ class Analysis:
         return {"device_step_ms": round(dev, 3), "host_step_ms": round(host, 3), "ratio": round(dev / host, 2)}
 
     def capture_overhead(self) -> dict[str, Any] | None:
-        """What the capture cost this run (workbench.overhead): the manifest's, else computed from
+        """What the capture cost this run (workbench.format.overhead): the manifest's, else computed from
         the steps CSVs (runs captured before issue 16, bare directories with CSVs)."""
         m = self.run.manifest.get("capture_overhead")
         if isinstance(m, dict):
@@ -355,12 +355,12 @@ class Analysis:
 def analyze_run(path: Path | str | Run, progress=None, workers: int | None = None, cache: bool = True,
                 executor: str | None = None, peak: str | None = None) -> Analysis:
     """Load a run, reduce each rank to the frames its analysis reads (:data:`READS`, by
-    :mod:`workbench.reduce`), and run the rules on them.
+    :mod:`workbench.pipeline.reduce`), and run the rules on them.
 
     ``path``: a run directory, a bare trace directory or one trace file, or a :class:`Run` already
     loaded with its traces (their frames are then computed here, as the rules ask). ``workers``,
-    ``cache``, ``executor``: see :func:`workbench.reduce.load_reduced`. ``peak``: the user's peak
-    for the device, ``"400 bf16"`` (workbench.devices.peak_spec), for a device the table lacks.
+    ``cache``, ``executor``: see :func:`workbench.pipeline.reduce.load_reduced`. ``peak``: the user's peak
+    for the device, ``"400 bf16"`` (workbench.hardware.devices.peak_spec), for a device the table lacks.
     """
     if isinstance(path, Run):
         run = path

@@ -18,7 +18,7 @@ workbench way: which files were taken, which skipped and why. The rank of a trac
 ``distributedInfo``, then from its file name (``rank-3``, ``rank_3``, ``rank3``), then from the order
 of the files (:func:`rank_by_order`, said in a warning).
 
-Torch- and pandas-free: :mod:`workbench.cache` keys a run by these files before pandas is imported.
+Torch- and pandas-free: :mod:`workbench.pipeline.cache` keys a run by these files before pandas is imported.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.jsonscan import TOO_DEEP, object_prefix
+from workbench.format.jsonscan import TOO_DEEP, object_prefix
 
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 """Names that are traces by convention (workbench, tensorboard_trace_handler)."""
@@ -213,7 +213,7 @@ def rank_by_order(cands: list) -> str | None:
 def _set_rank(c, rank: int) -> None:
     c.rank = rank
     t = c.trace
-    if hasattr(t, "breakdown"):  # a workbench.reduce.RankSummary: its rows carry the rank
+    if hasattr(t, "breakdown"):  # a workbench.pipeline.reduce.RankSummary: its rows carry the rank
         t.rank = rank
         if "rank" in t.breakdown:
             t.breakdown = t.breakdown.assign(rank=rank)

@@ -3,7 +3,7 @@
 What can come in is a user's file, so nothing is trusted:
 - the run name is one path component of letters, digits, ``.``, ``_``, ``-`` (``../x``, ``/etc``,
   ``a/b`` are refused) and the run must not exist yet;
-- a zip may only hold the files of the run-directory contract (see workbench.contract) or
+- a zip may only hold the files of the run-directory contract (see workbench.format.contract) or
   ``*.pt.trace.json[.gz]``, flat or under one top folder: absolute paths, ``..``, symlinks,
   nested folders, other files (pickles, scripts) are refused before anything is written;
 - sizes are capped (upload, each member, the sum, counted while reading, so a lying zip header
@@ -26,9 +26,9 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from workbench.contract import MANIFEST
-from workbench.errors import WorkbenchError
-from workbench.manifest import read_manifest
+from workbench.format.contract import MANIFEST
+from workbench.format.errors import WorkbenchError
+from workbench.format.manifest import read_manifest
 from workbench.load import read_trace
 
 MAX_UPLOAD_BYTES = 1 << 30  # what the browser sends (also .streamlit/config.toml maxUploadSize)

@@ -4,12 +4,12 @@ A run's traces are big (an LLM step can write over 1 GB per rank) and many (64 â
 ranks); its rules read a few small frames per rank (:mod:`workbench.analysis.frames`: step
 windows and breakdown, the collective inventory, device busy time, the memory summary, kernel
 classes â€¦). :func:`reduce_trace` reads one trace, computes the frames it is asked for (those the
-rules and the JSON declare: ``workbench.verdict.READS``) and drops the event tables.
+rules and the JSON declare: ``workbench.pipeline.verdict.READS``) and drops the event tables.
 :func:`load_reduced` maps it over a run's files on a pool of worker processes (``--workers``,
 default: the machine's cores) or on a Dask cluster (``--executor dask://host:port``), so the
 event tables of all ranks are never in memory at once: the parent holds the summaries (kilobytes
 to a few MB per rank) and each worker one rank's tables. The summaries come from the run's cache
-when it holds them (:func:`workbench.cache.summaries`: one call, get or compute). This module
+when it holds them (:func:`workbench.pipeline.cache.summaries`: one call, get or compute). This module
 knows frames, never rules.
 
 Why Dask (``distributed``) for clusters and not Ray: the work is a map over files whose results
@@ -29,9 +29,11 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from workbench import cache as _cache, discover
+from workbench.pipeline import cache as _cache
+
+from workbench.format import discover
 from workbench.analysis.frames import Frame, Params, RankFrames, RankSummary
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 from workbench.load.jobs import Candidate
 from workbench.load.run import RankData, Run, finish, locate, one_job, rank_of
 from workbench.load.trace import Trace, read_trace
@@ -93,7 +95,7 @@ def _map_local(files: list[Path], params: Params, frames: Sequence[Frame], worke
     # forkserver: a fork of a clean server process (no threads of the caller, e.g. Streamlit's),
     # with pandas and the reducer imported once
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["workbench.reduce", *sorted({_module(f) for f in frames})])
+    ctx.set_forkserver_preload(["workbench.pipeline.reduce", *sorted({_module(f) for f in frames})])
     with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=ctx) as pool:
         # at most 2 files per worker in flight: summaries come back as they finish, traces are
         # read by the worker (only paths travel)

@@ -324,7 +324,7 @@ def compare_bars(metrics: pd.DataFrame, title: str = "B vs A: change per metric 
     """Horizontal bars of ``delta_pct`` per metric. One colour: whether higher is better depends on
     the metric (step time vs GPU busy), so the figure does not judge.
 
-    ``metrics``: workbench.compare Comparison.metrics (metric, a, b, delta, delta_pct).
+    ``metrics``: workbench.pipeline.compare Comparison.metrics (metric, a, b, delta, delta_pct).
     """
     m = metrics.dropna(subset=["delta_pct"])
     fig = go.Figure(go.Bar(x=m["delta_pct"], y=m["metric"].astype(str), orientation="h", marker_color="#4c78a8",

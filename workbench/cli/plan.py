@@ -1,4 +1,4 @@
-"""``workbench plan``: registered into the CLI by workbench.cli. Parses and prints; the work is
+"""``workbench plan``: registered into the CLI by workbench.cli.main. Parses and prints; the work is
 in workbench.plan. Imports nothing heavy at registration (no torch, pandas, plotly, streamlit)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def add_plan_parser(sub) -> None:
     p.add_argument("model", nargs="?", help="a preset or a key list (see below); optional with --from-run")
     p.add_argument("--gpus", default=None, metavar="N", help="GPUs in the job")
     p.add_argument("--gpu", default=None, metavar="NAME", help="device: H200, H100, H100 PCIe, A100-SXM4-80GB, A100, "
-                                                              "L40S, L4, A10 … (workbench.peaks)")
+                                                              "L40S, L4, A10 … (workbench.hardware.peaks)")
     p.add_argument("--gpus-per-node", default=None, metavar="N", help="GPUs sharing a node's NVLink (default 8)")
     p.add_argument("--intra-node-gbps", default=None, metavar="GBIT",
                    help="per-GPU link inside a node, Gbit/s per direction (default: the GPU's usual system)")

@@ -2,7 +2,7 @@
 
 The page works offline: plotly's JavaScript is inlined once (in the first figure), the rest of
 the figures reuse it; no external script, style or font is referenced. Figures come from
-workbench.figures, the numbers from workbench.ui.summary, so the report shows what the app shows.
+workbench.present.figures, the numbers from workbench.present.summary, so the report shows what the app shows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import html
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 EXAMPLE = """examples:
   workbench report traces/ddp_slow_data --html slow.html
@@ -50,7 +50,7 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     """(section, figure) pairs: the Overview, Timeline, Utilisation, Communication and Memory views."""
     import pandas as pd  # heavy imports stay out of the CLI's start-up (the parser is built on GPU boxes)
 
-    from workbench import figures as F
+    from workbench.present import figures as F
     from workbench.analysis import frames
     from workbench.analysis.memory import memory_timeline
 
@@ -84,7 +84,7 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
 
 def render(analysis) -> str:
     """The report's HTML text for an Analysis."""
-    from workbench.ui import summary
+    from workbench.present import summary
 
     run = analysis.run
     e = html.escape
@@ -144,7 +144,7 @@ def render(analysis) -> str:
 
 def write_report(path: Path | str, out: Path | str) -> Path:
     """Analyze the run at ``path`` and write its report to ``out``; returns ``out``."""
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):

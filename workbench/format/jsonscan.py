@@ -1,4 +1,4 @@
-"""Questions about the start of a JSON text that the trace sniff (:mod:`workbench.discover`) and the
+"""Questions about the start of a JSON text that the trace sniff (:mod:`workbench.format.discover`) and the
 trace reader (:mod:`workbench.load.trace`) must answer alike, so that a file is a trace to both or
 to neither.
 

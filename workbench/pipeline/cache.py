@@ -33,11 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from workbench import contract
-from workbench.discover import rank_from_name
-from workbench.errors import WorkbenchError
-from workbench.manifest import read_manifest
-from workbench.kineto import trace_files
+from workbench.format import contract
+from workbench.format.discover import rank_from_name
+from workbench.format.errors import WorkbenchError
+from workbench.format.manifest import read_manifest
+from workbench.format.kineto import trace_files
 
 if TYPE_CHECKING:
     from workbench.analysis.frames import Frame, Params, RankSummary
@@ -46,10 +46,10 @@ CACHE_DIR = ".workbench-cache"
 ANALYZE_SCHEMA = "workbench.analyze/1"  # the json_schema of a cached --json document
 RESULT = "analysis.json"  # the last --json document, beside the summaries
 INDEX = "index.json"
-SOURCES = ("kineto.py", "contract.py", "manifest.py", "jsonscan.py", "peaks.py", "devices.py", "discover.py", "overhead.py", "errors.py", "cache.py", "reduce.py", "verdict.py",
-           "load", "analysis", "diagnose", "plan")
-"""The code that computes frames and rules (paths in the workbench package), and the planner that
-answers their findings in the cached document (plan.advise): its hash is part of the key. tests/test_imports.py checks that everything ``workbench.verdict`` imports is here."""
+SOURCES = ("format", "hardware", "load", "analysis", "diagnose", "pipeline", "plan")
+"""The code that computes frames and rules and the planner that answers their findings in the
+cached document (plan.advise): whole layers of the workbench package, their hash part of the key.
+tests/test_imports.py checks that everything ``workbench.pipeline.verdict`` imports is here."""
 
 
 def cache_dir(run_path: Path) -> Path:
@@ -78,7 +78,7 @@ def version() -> str:
 def code_key() -> str:
     """sha256 of the :data:`SOURCES` (their paths and bytes): a change of any of them, an edited
     threshold as an upgrade, makes every cached analysis stale. ~2 ms, once per process."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the workbench package
     h = hashlib.sha256()
     for name in SOURCES:
         p = root / name

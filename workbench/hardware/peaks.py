@@ -1,6 +1,6 @@
 """Dense peak FLOP/s per device and dtype, and HBM bandwidth: the denominators of MFU (PaLM,
 Chowdhery et al. 2022, appendix B) and of the kernel-class roofline. The table, its datasheet
-sources and how a trace's device is resolved live in :mod:`workbench.devices`; this module is what
+sources and how a trace's device is resolved live in :mod:`workbench.hardware.devices`; this module is what
 the analysis, the engine and the app call with a device name. ``fp32`` is the SIMT (CUDA-core)
 peak on NVIDIA (the MFMA fp32 figure on AMD), ``tf32`` the tensor-core one for fp32 inputs.
 Torch-free: the engine, the app, the analysis and the benchmarks share it."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench import devices
+from workbench.hardware import devices
 
 DTYPES = devices.DTYPES
 
@@ -21,7 +21,7 @@ class DevicePeak:
     hbm_tb_s: float | None
     """Memory bandwidth, TB/s (10^12 bytes/s); None for a peak the user gave (``--peak-tflops``)."""
     source: str
-    """The table row and its datasheet (workbench.devices.GPUS), or the user's option."""
+    """The table row and its datasheet (workbench.hardware.devices.GPUS), or the user's option."""
 
 
 def _peak(g: devices.Gpu) -> DevicePeak:
@@ -35,7 +35,7 @@ PEAK_TFLOPS = {k: v.tflops["bf16"] for k, v in DEVICES.items() if "bf16" in v.tf
 
 def device_peak(device_name: str | None) -> DevicePeak | None:
     """The peaks of the device ``device_name`` names (a name torch reports, an alias traces carry,
-    or a row of workbench.devices; see :func:`workbench.devices.label`), with a user's peak
+    or a row of workbench.hardware.devices; see :func:`workbench.hardware.devices.label`), with a user's peak
     (``--peak-tflops X --peak-dtype D``) carried on the name applied: it replaces the table's D
     figure, and on a device the table lacks it is the figure for every dtype (one number, as
     nanoGPT's MFU takes one); None when unknown or CPU."""

@@ -1,6 +1,6 @@
 """Where it runs: the GPU (peaks, memory) and the cluster's links.
 
-Peaks come from ``workbench.peaks`` through :func:`gpu_spec`, the one adapter between the
+Peaks come from ``workbench.hardware.peaks`` through :func:`gpu_spec`, the one adapter between the
 planner and that table (a richer table drops in without touching the planner). The memory
 capacity and the links are the planner's own: capacity per device (datasheets), and per known
 system the bandwidth a GPU has inside its node (NVLink) and to other nodes (one NIC per GPU),
@@ -17,7 +17,7 @@ import math
 
 from dataclasses import dataclass
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 GIB = float(1 << 30)
 
@@ -63,7 +63,7 @@ class GpuSpec:
     name: str
     """The name asked for (``--gpu``)."""
     tflops: dict[str, float]
-    """Dense TFLOP/s per dtype (workbench.peaks)."""
+    """Dense TFLOP/s per dtype (workbench.hardware.peaks)."""
     hbm_tb_s: float
     """Memory bandwidth, TB/s."""
     memory_bytes: float
@@ -88,7 +88,7 @@ def _longest_key(table: dict, name: str) -> str | None:
 
 def gpu_spec(name: str) -> GpuSpec:
     """The planner's view of a device; raises WorkbenchError for one without a known peak."""
-    from workbench.peaks import DEVICES, device_peak
+    from workbench.hardware.peaks import DEVICES, device_peak
 
     peak = device_peak(name) or device_peak(name.upper())
     if peak is None:
@@ -97,7 +97,7 @@ def gpu_spec(name: str) -> GpuSpec:
     if key is not None:
         memory = MEMORY_BYTES[key]
     else:  # the device table's nominal size (GB as marketed, close to GiB): the largest variant
-        from workbench.devices import resolve
+        from workbench.hardware.devices import resolve
 
         row = resolve(name)
         if row is None or not row.gpu.memory_gib:

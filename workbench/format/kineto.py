@@ -1,7 +1,7 @@
 """The vocabulary of a Kineto trace: what torch.profiler's files, event categories and names mean.
 
 Every name pattern and category workbench reads a trace with is defined here, once, beside
-:mod:`workbench.contract` (the files workbench itself writes). The loader (which events' args it
+:mod:`workbench.format.contract` (the files workbench itself writes). The loader (which events' args it
 decodes), the analysis (:mod:`workbench.analysis.events` classifies each trace's events with these
 once, for the breakdown, the overlap, the collectives and the timeline alike) and the rules read
 the same definitions. Standard library only: the cache's key reads :func:`trace_files` before
@@ -30,8 +30,8 @@ RANK_FILE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
 
 def trace_files(path: Path) -> list[Path]:
     """The trace files of a run directory: ``*.pt.trace.json[.gz]`` and any other ``*.json[.gz]``
-    that holds a trace (:func:`workbench.discover.trace_files`), sorted."""
-    from workbench.discover import trace_files as found
+    that holds a trace (:func:`workbench.format.discover.trace_files`), sorted."""
+    from workbench.format.discover import trace_files as found
 
     return found(path)
 

@@ -4,7 +4,7 @@ A run directory can come from anyone (a copy, an upload, a hand edit), so nothin
 trusted: it must be a regular file of at most :data:`MAX_MANIFEST_BYTES`, UTF-8, JSON nested at most
 :data:`MAX_DEPTH` levels deep (Python's own parser recurses, and a 100k-deep file raised
 ``RecursionError`` where it was read), and an object. ``schema_version`` must be an integer no newer
-than :data:`workbench.contract.SCHEMA_VERSION`: without it the fields cannot be read, so a bad one is
+than :data:`workbench.format.contract.SCHEMA_VERSION`: without it the fields cannot be read, so a bad one is
 an error. Every other key analysis reads is checked for its type (:data:`_KEYS`); one that does not
 fit is left out with a warning that names it, as a trace's header fields are
 (``workbench.load.trace``): the traces still analyse, and the manifest only adds to them.
@@ -21,8 +21,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from workbench import contract
-from workbench.errors import TraceError
+from workbench.format import contract
+from workbench.format.errors import TraceError
 
 __all__ = ["MAX_DEPTH", "MAX_MANIFEST_BYTES", "read", "read_manifest"]
 

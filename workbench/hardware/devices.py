@@ -1,5 +1,5 @@
 """Which GPU a trace ran on, and that GPU's datasheet peaks: the denominators of MFU and of the
-kernel-class roofline (:mod:`workbench.peaks` is the API the analysis calls).
+kernel-class roofline (:mod:`workbench.hardware.peaks` is the API the analysis calls).
 
 ``GPUS`` is one row per GPU people train on, each with the datasheet its figures come from. The
 figures are **dense** TFLOP/s (vendors print tensor-core figures "with sparsity": the dense one is

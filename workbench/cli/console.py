@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 COLOURS = {"critical": "red", "warning": "yellow", "info": "cyan"}
 
@@ -46,16 +46,16 @@ def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = 
                  bar: bool = False, peak: str | None = None) -> dict:
     """The ``workbench analyze --json`` document of a run: the cached one when nothing it was made
     from changed (read without importing pandas), else analysed (a progress bar on stderr with
-    ``bar``) and cached. ``peak``: a user's peak (workbench.devices.peak_spec): it changes the
+    ``bar``) and cached. ``peak``: a user's peak (workbench.hardware.devices.peak_spec): it changes the
     figures, so the cache is neither read nor written."""
-    from workbench import cache as result_cache
+    from workbench.pipeline import cache as result_cache
 
     cache = cache and not peak
 
     doc = result_cache.cached_result(path) if cache else None
     if doc is not None:
         return doc
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     def run(progress: Callable | None = None) -> dict:
         from workbench.plan.advise import advise
@@ -102,7 +102,7 @@ def print_analysis(doc: dict, con=None) -> None:
     con.print(t)
     if summary.get("note"):  # issue 16: the recorded steps were not the job's
         con.print(f"[cyan]note:[/] {summary['note']}")
-    from workbench.overhead import describe
+    from workbench.format.overhead import describe
 
     if line := describe(summary.get("capture_overhead")):
         con.print(f"[dim]{line}[/]")

@@ -2,7 +2,7 @@
 
 Errors users can fix are one line on stderr and exit code 2. ``workbench profile`` returns the
 training script's own exit code. What a command produces (the verdict, ``--json``, compare's
-table) goes to stdout; progress and notes to stderr (:mod:`workbench.console`), so
+table) goes to stdout; progress and notes to stderr (:mod:`workbench.cli.console`), so
 ``workbench analyze RUN > verdict.txt`` captures the verdict and the script's own output passes
 through ``workbench profile`` untouched.
 """
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.format.errors import WorkbenchError
 
 EXAMPLES = {
     "profile": """examples:
@@ -45,7 +45,7 @@ again reads the cache (any change of a trace file recomputes; --no-cache bypasse
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from workbench.capture.launcher import parse_schedule, profile
-    from workbench.console import finish_profiled_run
+    from workbench.cli.console import finish_profiled_run
 
     code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out,
                             schedule=parse_schedule(args.schedule), steps_from=args.steps_from, max_steps=args.max_steps,
@@ -74,8 +74,8 @@ def _positive(v: str) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from workbench.console import analysis_doc, print_analysis
-    from workbench.devices import peak_spec
+    from workbench.cli.console import analysis_doc, print_analysis
+    from workbench.hardware.devices import peak_spec
 
     # a run opened before (same traces, CSVs, manifest and workbench code) prints from the cache
     doc = analysis_doc(args.path, workers=args.workers, cache=not args.no_cache, executor=args.executor, bar=not args.json,
@@ -140,10 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     an.set_defaults(func=cmd_analyze)
 
     # Commands owned by other modules register themselves here (each imports torch lazily).
-    from workbench.compare import add_compare_parser
-    from workbench.engine.cli import add_train_parser
-    from workbench.plan.cli import add_plan_parser
-    from workbench.report import add_report_parser
+    from workbench.pipeline.compare import add_compare_parser
+    from workbench.cli.train import add_train_parser
+    from workbench.cli.plan import add_plan_parser
+    from workbench.present.report import add_report_parser
 
     add_train_parser(sub)
     add_compare_parser(sub)
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workbench.console import error
+    from workbench.cli.console import error
 
     # A file name is bytes, and one that is not valid in the locale's encoding reaches Python as
     # lone surrogates (PEP 383), which a strict stream cannot encode: print them escaped instead

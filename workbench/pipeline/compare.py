@@ -2,10 +2,10 @@
 the measured speed-up next to what A's diagnoses estimated.
 
 ``Comparison.to_json()`` is the stable ``workbench compare --json`` schema
-(``json_schema`` = ``workbench.compare/1``; keys are only ever added)::
+(``json_schema`` = ``workbench.pipeline.compare/1``; keys are only ever added)::
 
     {
-      "json_schema": "workbench.compare/1",
+      "json_schema": "workbench.pipeline.compare/1",
       "a": {"path", "name", "verdict"}, "b": {"path", "name", "verdict"},
       "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Analysis.metrics() of both
       "speedup_measured": float|null,   # A step_ms / B step_ms, profiled steps (> 1: B is faster)
@@ -14,7 +14,7 @@ the measured speed-up next to what A's diagnoses estimated.
       "new": [{"id", "severity", "title"}],   # in B at warning or above, not so in A
       "persisting": [str]               # ids at warning or above in both
     }
-Which steps each number covers (workbench.verdict's ``metrics``): ``step_ms``, the category
+Which steps each number covers (workbench.pipeline.verdict's ``metrics``): ``step_ms``, the category
 shares and ``speedup_measured`` the profiled steps (the trace, as the diagnoses' estimates);
 ``steady_step_ms`` and ``tokens_per_s`` the steady steps of the steps CSVs (step ≥ 1, not profiled:
 ``workbench.analysis.throughput``), the throughput the case studies' RESULTS.md report. Before
@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-JSON_SCHEMA = "workbench.compare/1"
+JSON_SCHEMA = "workbench.pipeline.compare/1"
 ESTIMATE_TOLERANCE = 0.05
 """5 %: two profiled runs of the same configuration differ by a few percent in step time."""
 
@@ -124,7 +124,7 @@ def _serious(analysis) -> set[str]:
 
 
 def compare_runs(a, b) -> Comparison:
-    """Compare two :class:`workbench.verdict.Analysis` (A = before, B = after)."""
+    """Compare two :class:`workbench.pipeline.verdict.Analysis` (A = before, B = after)."""
     import pandas as pd
 
     ma, mb = a.metrics(), b.metrics()
@@ -159,7 +159,7 @@ def add_compare_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
     p.add_argument("b", help="run B (after)")
-    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.compare/1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.pipeline.compare/1)")
     p.add_argument("--force", action="store_true",
                    help="RUN PLAN.json: compare even when the plan is for another model, GPU, GPU count or device class")
     p.set_defaults(func=cmd_compare)
@@ -170,7 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if is_plan_file(args.b):  # `workbench compare RUN PLAN.json`: the run against its plan
         return cmd_compare_plan(args)
-    from workbench.verdict import analyze_run
+    from workbench.pipeline.verdict import analyze_run
 
     cmp = compare_runs(analyze_run(args.a), analyze_run(args.b))
     if args.json:
@@ -182,10 +182,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _print(cmp: Comparison) -> None:
-    """The comparison on stdout (workbench.console)."""
+    """The comparison on stdout (workbench.cli.console)."""
     from rich.table import Table
 
-    from workbench.console import out
+    from workbench.cli.console import out
 
     con = out()
     t = Table(title=f"A = {cmp.a.run.name}   B = {cmp.b.run.name}", title_justify="left")

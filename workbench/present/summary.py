@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from workbench.analysis import frames
-from workbench.peaks import device_peak
-from workbench.verdict import Analysis
+from workbench.hardware.peaks import device_peak
+from workbench.pipeline.verdict import Analysis
 
 
 @dataclass(slots=True)

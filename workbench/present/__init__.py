@@ -1,0 +1,1 @@
+"""What a person reads: figures, the text summary, the HTML report."""
