@@ -115,5 +115,5 @@ def test_compare_json_on_fault_and_fix(fault_runs):
     r = workbench("compare", "--json", fault_runs("fsdp_regather"), fault_runs("fsdp_kept"))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["json_schema"] == "workbench.pipeline.compare/1"
+    assert out["json_schema"] == "workbench.compare/1"
     assert "redundant_allgather" in [x["id"] for x in out["resolved"]]

@@ -2,10 +2,10 @@
 the measured speed-up next to what A's diagnoses estimated.
 
 ``Comparison.to_json()`` is the stable ``workbench compare --json`` schema
-(``json_schema`` = ``workbench.pipeline.compare/1``; keys are only ever added)::
+(``json_schema`` = ``workbench.compare/1``; keys are only ever added)::
 
     {
-      "json_schema": "workbench.pipeline.compare/1",
+      "json_schema": "workbench.compare/1",
       "a": {"path", "name", "verdict"}, "b": {"path", "name", "verdict"},
       "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Analysis.metrics() of both
       "speedup_measured": float|null,   # A step_ms / B step_ms, profiled steps (> 1: B is faster)
@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-JSON_SCHEMA = "workbench.pipeline.compare/1"
+JSON_SCHEMA = "workbench.compare/1"
 ESTIMATE_TOLERANCE = 0.05
 """5 %: two profiled runs of the same configuration differ by a few percent in step time."""
 
@@ -159,7 +159,7 @@ def add_compare_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
     p.add_argument("b", help="run B (after)")
-    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.pipeline.compare/1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.compare/1)")
     p.add_argument("--force", action="store_true",
                    help="RUN PLAN.json: compare even when the plan is for another model, GPU, GPU count or device class")
     p.set_defaults(func=cmd_compare)
