@@ -28,8 +28,8 @@ def gpu_runs(root: Path = TRACES) -> list[Path]:
 
 
 def row(run: Path) -> str:
-    from workbench.plan.from_run import from_run_json
-    from workbench.plan.request import build_request
+    from workbench.calibration.from_run import from_run_json
+    from workbench.calibration.request import build_request
     from workbench.plan.search import plan
 
     name = run.relative_to(TRACES) if run.is_relative_to(TRACES) else run

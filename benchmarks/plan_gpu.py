@@ -57,7 +57,7 @@ def predict() -> int:
     """Predicted steady step and peak memory of every run, calibrated on the committed 370M batch-16
     run (traces/case_gpu_2_preload_shm: the same config as plan_gpu_370m_b16)."""
     from workbench.engine.config import config_to_dict, load_config
-    from workbench.plan.calibrate import calibrate
+    from workbench.calibration.calibrate import calibrate
     from workbench.plan.engine_runs import engine_case
     from workbench.hardware.systems import make_cluster
     from workbench.plan.memory import memory

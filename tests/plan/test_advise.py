@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.plan.advise import RunCase, alternatives
-from workbench.plan.calibrate import calibrate
+from workbench.calibration.alternatives import RunCase, alternatives
+from workbench.calibration.calibrate import calibrate
 from workbench.plan.engine_runs import engine_case
 from workbench.hardware.systems import make_cluster
 
@@ -90,7 +90,7 @@ def test_the_suggested_alternative_measured_as_predicted(goal, run, tol):
 def advised(run: str) -> dict:
     import json
 
-    from workbench.plan.advise import advise
+    from workbench.calibration.alternatives import advise
     from workbench.pipeline.verdict import analyze_run
 
     doc = json.loads(json.dumps(analyze_run(TRACES / run).to_json(), default=str))

@@ -1,12 +1,12 @@
 """The planner against the engine's committed runs (issue 18, item 4): fails when a prediction
 drifts beyond its goal — memory 10 %, communication volume 5 %, step time 15 %
-(workbench/plan/checks.py says what is measured)."""
+(workbench/calibration/checks.py says what is measured)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workbench.plan import checks
+from workbench.calibration import checks
 
 MEMORY = checks.memory_checks()
 COMM = checks.comm_checks()

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TRACES
 from workbench.format.errors import WorkbenchError
-from workbench.plan.from_run import run_model
+from workbench.calibration.from_run import run_model
 from workbench.plan.layout import torch_stack
 from workbench.plan.model import PRESETS
 
@@ -129,7 +129,7 @@ RUN = TRACES / "corpus" / "nanogpt_bf16_gpu"
 def nanogpt_doc(monkeypatch):
     """The committed nanoGPT run's analysis, read once; the hand-written block stands in only
     where the analysis infers no model."""
-    from workbench.plan import from_run
+    from workbench.calibration import from_run
 
     real = from_run.analysis_of(RUN)
     d = {**real, "model": real.get("model") or block(**NANOGPT)}
@@ -170,7 +170,7 @@ def test_from_run_text_shows_the_run_beside_its_prediction(capsys, nanogpt_doc):
 
 def test_from_run_of_a_run_without_a_model_is_one_line(capsys, monkeypatch):
     from workbench.cli.main import main
-    from workbench.plan import from_run
+    from workbench.calibration import from_run
 
     monkeypatch.setattr(from_run, "analysis_of", lambda run: doc(None))
     assert main(["plan", "--from-run", str(RUN)]) == 2
@@ -183,7 +183,7 @@ def test_from_run_of_a_run_without_a_model_is_one_line(capsys, monkeypatch):
 
 
 def test_from_run_of_an_engine_run_keeps_its_manifest():
-    from workbench.plan.from_run import run_job
+    from workbench.calibration.from_run import run_job
 
     job = run_job(TRACES / "case_gpu_3_batch32")
     assert job.source == "manifest" and job.layout.key() == "tp=1,pp=1,dp=1,zero=0,mb=32,recompute=none,sp=0"
@@ -199,8 +199,8 @@ def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_infe
     """The HF Trainer's tiny Llama on one H200: its GPU is 6 % busy, the host sets the pace; with the
     model known, the host's rate per kernel and the kernels per layer are measured as for an
     engine run, and the run's own step is predicted back."""
-    from workbench.plan import from_run
-    from workbench.plan.calibrate import calibrate
+    from workbench.calibration import from_run
+    from workbench.calibration.calibrate import calibrate
 
     run = TRACES / "corpus" / "hf_trainer_gpu"
     real = from_run.analysis_of(run)
@@ -254,8 +254,8 @@ def test_a_single_gpu_loop_without_ddp_keeps_no_buckets_and_a_container_names_it
     ("case_gpu_3_batch32", 5, 5),
 ])
 def test_engine_runs_calibrated_on_themselves_predict_their_own_step_and_peak(run, step_pct, memory_pct):
-    from workbench.plan.from_run import from_run_json
-    from workbench.plan.request import build_request
+    from workbench.calibration.from_run import from_run_json
+    from workbench.calibration.request import build_request
     from workbench.plan.search import plan
 
     req = build_request(from_run=str(TRACES / run))
@@ -268,8 +268,8 @@ def test_a_host_bound_recomputing_run_calibrated_on_itself_predicts_its_own_step
     host rate measured per kernel, kernels counted per block as the timing counts them (the
     recomputed forward included once), gives its step back. Counting the recomputed launches twice
     said +33 %."""
-    from workbench.plan.from_run import from_run_json
-    from workbench.plan.request import build_request
+    from workbench.calibration.from_run import from_run_json
+    from workbench.calibration.request import build_request
     from workbench.plan.search import plan
 
     req = build_request(from_run=str(TRACES / "plan_gpu_370m_b16_ac"))
@@ -282,8 +282,8 @@ def test_a_data_starved_run_is_planned_without_its_loader_wait():
     """case_gpu_0_baseline waits 690 ms a step on its data loader: the calibration does not take
     that wait for a slow host, so the run's layout is predicted at what the GPU and host need
     (the step less the wait), and the plan says what the measured step holds."""
-    from workbench.plan.from_run import from_run_json
-    from workbench.plan.request import build_request
+    from workbench.calibration.from_run import from_run_json
+    from workbench.calibration.request import build_request
     from workbench.plan.search import plan
 
     req = build_request(from_run=str(TRACES / "case_gpu_0_baseline"))

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import TRACES, workbench
 from workbench.hardware.systems import make_cluster
 from workbench.plan.model import model_spec
-from workbench.plan.request import build_request
+from workbench.calibration.request import build_request
 from workbench.plan.search import layouts, plan
 from workbench.plan.report import to_json
 from workbench.plan.timing import DEFAULT_GEMM, GEMM_RANGE_SLACK, Efficiencies, _gemm_s

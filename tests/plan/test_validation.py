@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import TRACES, workbench
 from workbench.format.errors import WorkbenchError
 from workbench.plan.model import ModelSpec
-from workbench.plan.request import build_request
+from workbench.calibration.request import build_request
 from workbench.plan.search import divisors, layouts
 
 GPT = "L=32,h=4096,a=32,V=50304,s=4096"

@@ -252,7 +252,7 @@ GEMM_CALL_COLUMNS = ["flops", "seconds"]
 
 def _gemm_calls(rf: RankFrames) -> pd.DataFrame:
     """Each matmul op's FLOPs and its kernels' time (GPU traces; empty on CPU): what the planner's
-    calibration measures GEMM efficiency by size on (workbench.plan.calibrate), declared here so
+    calibration measures GEMM efficiency by size on (workbench.calibration.calibrate), declared here so
     it is computed next to the trace and cached like every other frame."""
     k = rf[EFFICIENCY].kernels
     if k.empty or "op" not in k:

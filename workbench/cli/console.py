@@ -58,7 +58,7 @@ def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = 
     from workbench.pipeline.verdict import analyze_run
 
     def run(progress: Callable | None = None) -> dict:
-        from workbench.plan.advise import advise
+        from workbench.calibration.alternatives import advise
 
         a = analyze_run(path, progress=progress, workers=workers, cache=cache, executor=executor, peak=peak)
         doc = json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached

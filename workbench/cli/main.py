@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.set_defaults(func=cmd_analyze)
 
     # Commands owned by other modules register themselves here (each imports torch lazily).
-    from workbench.pipeline.compare import add_compare_parser
+    from workbench.cli.compare import add_compare_parser
     from workbench.cli.train import add_train_parser
     from workbench.cli.plan import add_plan_parser
     from workbench.present.report import add_report_parser

@@ -71,7 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from workbench.plan.report import print_plan, to_json
-    from workbench.plan.request import build_request
+    from workbench.calibration.request import build_request
     from workbench.plan.search import plan
 
     req = build_request(model=args.model, gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
@@ -82,7 +82,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = plan(req)
     doc = to_json(result)
     if req.from_run is not None:
-        from workbench.plan.from_run import from_run_json
+        from workbench.calibration.from_run import from_run_json
 
         doc["from_run"] = from_run_json(req, result)
     if args.json:

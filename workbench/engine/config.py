@@ -16,15 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.format.errors import WorkbenchError
+from workbench.format.presets import ENGINE_PRESETS
 
-# GPT sizes: (n_layer, n_head, d_model, seq_len, vocab). 370m is the GPU benchmark model
-# (NOTES.md: 38% MFU eager on one H200 at batch 16); tiny is what CPU tests can afford.
-PRESETS: dict[str, tuple[int, int, int, int, int]] = {
-    "tiny": (2, 4, 64, 64, 256),
-    "small": (4, 4, 256, 256, 4096),
-    "125m": (12, 12, 768, 1024, 50304),
-    "370m": (24, 16, 1024, 1024, 50304),
-}
+PRESETS = ENGINE_PRESETS
+"""GPT sizes: (n_layer, n_head, d_model, seq_len, vocab), workbench.format.presets."""
 MODES = ("single", "ddp", "zero1", "zero2", "zero3", "tp", "pp")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "topk", "sign")
 

@@ -46,7 +46,7 @@ CACHE_DIR = ".workbench-cache"
 ANALYZE_SCHEMA = "workbench.analyze/1"  # the json_schema of a cached --json document
 RESULT = "analysis.json"  # the last --json document, beside the summaries
 INDEX = "index.json"
-SOURCES = ("format", "hardware", "load", "analysis", "diagnose", "pipeline", "plan")
+SOURCES = ("format", "hardware", "load", "analysis", "diagnose", "pipeline", "plan", "calibration")
 """The code that computes frames and rules and the planner that answers their findings in the
 cached document (plan.advise): whole layers of the workbench package, their hash part of the key.
 tests/test_imports.py checks that everything ``workbench.pipeline.verdict`` imports is here."""

@@ -2,7 +2,7 @@
 
 This is what lets the planner be checked against the bundled engine (``workbench train``): the
 same config that ran is predicted, and the prediction is held against what the run measured
-(:mod:`workbench.plan.checks`).
+(:mod:`workbench.calibration.checks`).
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def _engine(name: str, L: int, a: int, h: int, s: int, V: int) -> ModelSpec:
 
 
 def _engine_presets() -> dict[str, ModelSpec]:
-    from workbench.engine.config import PRESETS as ENGINE  # torch-free: (n_layer, n_head, d_model, seq_len, vocab)
+    from workbench.format.presets import ENGINE_PRESETS as ENGINE  # (n_layer, n_head, d_model, seq_len, vocab)
 
     out = {f"engine-{k}": _engine(f"engine-{k}", *v) for k, v in ENGINE.items()}
     # the ~1.3B shape of case_studies/mfu_34_to_50 (rung 3: d 2048 x 24 layers, 16 heads)

@@ -27,7 +27,7 @@
                 "collectives": [{op, group, bytes, calls, ranks, link, when, bytes_per_step}]}],
      "rejected": [{reason, count, example, detail}],
      "from_run": {path, name, device: "cuda"|"cpu", source, measured, predicted, error_pct, inferred,
-                  assumed, alternatives} | null}   # the run --from-run planned (workbench.plan.from_run)
+                  assumed, alternatives} | null}   # the run --from-run planned (workbench.calibration.from_run)
 
 Keys are only ever added, never renamed or removed.
 """
@@ -127,8 +127,6 @@ def print_plan(doc: dict, con, notes=None) -> None:
         (notes or con).print(f"[yellow]warning:[/] {w}")
     fr = doc.get("from_run") or {}
     if "predicted" in fr:
-        from workbench.plan.from_run import print_from_run
-
         print_from_run(fr, con)
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
               f"{c['usable_memory_gib']:.0f} GiB")
@@ -167,3 +165,45 @@ def print_plan(doc: dict, con, notes=None) -> None:
         con.print("[bold]why the others lost[/]")
         for x in doc["rejected"]:
             con.print(f"  {x['count']:>6,} {x['reason']}: e.g. {x['example']} — {x['detail']}")
+
+
+def print_from_run(fr: dict, con) -> None:
+    """The run beside its prediction, then the alternatives (rich console)."""
+    meas, pred, err = fr.get("measured") or {}, fr.get("predicted") or {}, fr.get("error_pct") or {}
+
+    def pair(p, m, e, unit):
+        etxt = "" if e is None else f" ({e:+.1f} %)"
+        return f"predicted {_num(p)} {unit}, measured {_num(m)} {unit}{etxt}"
+
+    src = {"manifest": "its manifest's engine config", "traces": "the model inferred from its traces",
+           "MODEL": "the MODEL given, the rest inferred from its traces"}.get(fr.get("source"), fr.get("source"))
+    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}"
+              + (f" — {fr['note']}" if fr.get("note") else ""))
+    con.print(f"  step: {pair(pred.get('step_ms'), meas.get('step_ms'), err.get('step'), 'ms')}")
+    con.print(f"  peak memory: {pair(pred.get('memory_gib'), meas.get('peak_memory_gib'), err.get('memory'), 'GiB')}")
+    if meas.get("data_wait_ms") and meas.get("step_ms") and meas["data_wait_ms"] > 0.05 * meas["step_ms"]:
+        con.print(f"  (of the measured step, {meas['data_wait_ms']:,.0f} ms per step waited on the data loader, which "
+                  "the plan assumes keeps up: fix the loader first)")
+    if fr.get("device") == "cpu":
+        con.print("  (the run ran on CPUs: its time and memory are not a GPU's; workbench compare RUN PLAN.json holds "
+                  "its allocations and communication against this plan)")
+    for a in fr.get("assumed") or []:
+        con.print(f"  assumed: {a}")
+    if fr.get("alternatives"):
+        con.print("[bold]alternatives[/] (same global batch and calibration; speed-up per GPU against the run's prediction)")
+        for a in fr["alternatives"]:
+            gpus = f"{a['gpus']:>6,} GPU{'s' * (a['gpus'] != 1)}"
+            if not a.get("layout_key"):
+                con.print(f"  {gpus}: {a['note']}")
+                continue
+            anchored = f", {_num(a['anchored_step_ms'])} ms anchored on the run" if a.get("anchored_step_ms") else ""
+            note = f" — {a['note']}" if a.get("note") else ""
+            con.print(f"  {gpus}: {a['layout_key']}: {_num(a['step_ms'])} ms{anchored}, "
+                      f"{_num(a['memory_gib'])} GiB, {a['speedup_per_gpu']:.2f}x per GPU{note}")
+
+
+def _num(x: float | None) -> str:
+    """A figure in 3 significant digits (thousands separated): 215, 8.12, 0.0311; – for None."""
+    if x is None:
+        return "–"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"

@@ -50,7 +50,7 @@ class PlanRequest:
     from_run: dict | None = None
     """``--from-run``: the run planned (``{path, name, device: cuda|cpu}``), else None."""
     run_job: object | None = None
-    """``--from-run``: what the run ran (a :class:`workbench.plan.from_run.RunJob`), to predict it on
+    """``--from-run``: what the run ran (a :class:`workbench.calibration.from_run.RunJob`), to predict it on
     its own GPUs and batch whatever this request asks."""
 
     def __post_init__(self) -> None:

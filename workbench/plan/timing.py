@@ -36,7 +36,7 @@ DEFAULT_MEMORY = 0.70
 """Share of HBM bandwidth memory-bound kernels (norms, activations, casts, the optimizer) reach."""
 GEMM_RANGE_SLACK = 10 ** 0.25
 """A matmul counts as measured within one size bucket (a quarter decade, the calibration's own
-resolution: :func:`workbench.plan.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
+resolution: :func:`workbench.calibration.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
 FULL_RECOMPUTE_LAUNCHES = 1.33
 """Kernels a block launches with full recomputation, per kernel without it: the forward (a third
 of the forward + backward launches) runs again."""

@@ -62,14 +62,14 @@ def analysis_for(path: Path) -> Analysis | None:
 def _alternatives(path: str, mtime: float) -> dict[str, list[dict]]:
     import json
 
-    from workbench.plan.advise import advise
+    from workbench.calibration.alternatives import advise
 
     doc = json.loads(json.dumps(_analysis(path, mtime).to_json(), default=str))
     return {d["id"]: d["alternatives"] for d in advise(doc, path)["diagnoses"] if "alternatives" in d}
 
 
 def alternatives_for(path: Path) -> dict[str, list[dict]]:
-    """finding id → the planner's alternatives for it (workbench.plan.advise), calibrated on the
+    """finding id → the planner's alternatives for it (workbench.calibration.alternatives), calibrated on the
     run; {} where no plan applies or the planner cannot read the run."""
     try:
         return _alternatives(str(path), mtime(path))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.plan.engine_runs import EngineCase, engine_case
-from workbench.plan.measured import max_allocated_bytes
+from workbench.calibration.measured import max_allocated_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "traces"
@@ -84,7 +84,7 @@ class Check:
 
 
 def memory_checks(root: Path = TRACES) -> list[Check]:
-    from workbench.plan.calibrate import trace_frames
+    from workbench.calibration.calibrate import trace_frames
     from workbench.plan.memory import memory_of_stage
 
     out = []
@@ -134,7 +134,7 @@ def comm_checks(root: Path = TRACES) -> list[Check]:
 
 
 def time_checks(root: Path = TRACES) -> list[Check]:
-    from workbench.plan.calibrate import calibrate
+    from workbench.calibration.calibrate import calibrate
     from workbench.hardware.systems import make_cluster
     from workbench.plan.timing import step_time
     from workbench.pipeline.verdict import analyze_run

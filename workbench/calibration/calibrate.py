@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workbench.format.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
-from workbench.plan.measured import data_wait_ms
+from workbench.calibration.measured import data_wait_ms
 from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
@@ -251,9 +251,9 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
 
 
 def _inferred_case(doc: dict, name: str):
-    """The run as the planner sees it from the analysis' inferred model (workbench.plan.from_run),
+    """The run as the planner sees it from the analysis' inferred model (workbench.calibration.from_run),
     or None when there is none to plan."""
-    from workbench.plan.from_run import run_model
+    from workbench.calibration.from_run import run_model
 
     try:
         return run_model(doc, name=name)

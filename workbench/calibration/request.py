@@ -17,7 +17,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     from workbench.plan.timing import Efficiencies
 
     from workbench.plan.validate import flag, gbps
-    from workbench.plan.from_run import run_job
+    from workbench.calibration.from_run import run_job
 
     gpus, gpus_per_node, global_batch, seq, top = (flag(n, v) for n, v in (
         ("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--global-batch", global_batch), ("--seq", seq),
@@ -38,7 +38,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
         job.global_batch if job else max(gpus, (1 << 20) // spec.seq))
     eff = Efficiencies()
     if calibrate:
-        from workbench.plan.calibrate import calibrate as measure
+        from workbench.calibration.calibrate import calibrate as measure
 
         eff = measure(calibrate)
     elif job is not None and job.device == "cuda":
@@ -65,7 +65,7 @@ def _self_calibrated(job):
     from dataclasses import replace
 
     from workbench.format.errors import WorkbenchError
-    from workbench.plan.calibrate import calibrate
+    from workbench.calibration.calibrate import calibrate
     from workbench.plan.timing import Efficiencies
 
     try:

@@ -40,7 +40,7 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
     """The run against ``plan_doc``'s first layout; WorkbenchError for a document that is not a
     valid plan, or (unless ``force``) a plan for another model, GPU, GPU count or device class."""
     from workbench.hardware.peaks import peak_flops
-    from workbench.plan.measured import max_allocated_bytes
+    from workbench.calibration.measured import max_allocated_bytes
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.plan_file import check_plan, job_mismatches
     from workbench.pipeline.verdict import analyze_run
@@ -77,7 +77,7 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
     if gpu:
         rows.append(_row("peak memory per GPU", "GiB", mem["total_gib"], (max_allocated_bytes(Path(run)) or 0) / 2**30 or None))
     else:
-        from workbench.plan.calibrate import trace_frames
+        from workbench.calibration.calibrate import trace_frames
 
         per = trace_frames(run)["cpu_step_transient_bytes"].get(0) or []
         measured = sorted(per)[len(per) // 2] / 2**30 if per else None
@@ -99,7 +99,7 @@ def run_shape(doc: dict, case) -> dict | None:
     analysis inferred (``doc["model"]``), else None."""
     if case is not None:
         return {"layers": case.model.layers, "hidden": case.model.hidden, "params": case.model.params()}
-    from workbench.plan.from_run import inferred_fields
+    from workbench.calibration.from_run import inferred_fields
 
     f = inferred_fields(doc)
     shape = {"layers": f.get("layers"), "hidden": f.get("hidden"), "params": f.get("params_total")}

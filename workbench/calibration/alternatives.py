@@ -255,8 +255,8 @@ def run_case(run, doc: dict | None = None) -> RunCase | None:
     inferred from the trace), calibrated on the run itself; None where no plan applies (a CPU run,
     a model the trace does not show: a convolutional net, a trace without shapes)."""
     from workbench.format.errors import WorkbenchError
-    from workbench.plan.calibrate import calibrate
-    from workbench.plan.from_run import run_job
+    from workbench.calibration.calibrate import calibrate
+    from workbench.calibration.from_run import run_job
 
     try:
         job = run_job(run, doc=doc)

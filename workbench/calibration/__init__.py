@@ -1,0 +1,1 @@
+"""Where a run meets the planner: efficiencies calibrated on runs, a run as the planner's inputs (plan --from-run), the run held against its plan, the planner's alternatives to a run's findings. Reads runs through workbench.pipeline and plans through workbench.plan; neither of those imports it."""

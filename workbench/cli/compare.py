@@ -1,0 +1,78 @@
+"""``workbench compare A B`` (and ``workbench compare RUN PLAN.json``): parses, calls
+workbench.pipeline.compare (or workbench.calibration.compare_plan) and prints; results on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from workbench.pipeline.compare import Comparison, compare_runs
+
+
+def add_compare_parser(sub) -> None:
+    p = sub.add_parser("compare", help="per-metric deltas between two runs: did the fix work?",
+                       description="Analyze runs A (before) and B (after) and print per-metric deltas, the "
+                                   "diagnoses B resolved or introduced, and the measured speed-up next to A's estimate.",
+                       epilog="examples:\n  workbench compare traces/ddp_slow_data traces/ddp_fixed_data\n"
+                              "  workbench compare A B --json\n"
+                              "  workbench compare RUN PLAN.json     # a run against its `workbench plan --json` "
+                              "(predicted vs measured)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
+    p.add_argument("b", help="run B (after)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.compare/1)")
+    p.add_argument("--force", action="store_true",
+                   help="RUN PLAN.json: compare even when the plan is for another model, GPU, GPU count or device class")
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.calibration.compare_plan import cmd_compare_plan, is_plan_file
+
+    if is_plan_file(args.b):  # `workbench compare RUN PLAN.json`: the run against its plan
+        return cmd_compare_plan(args)
+    from workbench.pipeline.verdict import analyze_run
+
+    cmp = compare_runs(analyze_run(args.a), analyze_run(args.b))
+    if args.json:
+        json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
+    _print(cmp)
+    return 0
+
+
+def _print(cmp: Comparison) -> None:
+    """The comparison on stdout (workbench.cli.console)."""
+    from rich.table import Table
+
+    from workbench.cli.console import out
+
+    con = out()
+    t = Table(title=f"A = {cmp.a.run.name}   B = {cmp.b.run.name}", title_justify="left")
+    for c in ("metric", "A", "B", "Δ", "Δ%"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+
+    def f(v, fmt="{:.2f}"):
+        return "–" if v is None or v != v else fmt.format(v)
+
+    for row in cmp.metrics.to_dict("records"):
+        t.add_row(row["metric"], f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
+    con.print(t)
+    if cmp.speedup_measured is not None:
+        con.print(f"[bold]measured speed-up[/] (A step / B step, profiled steps): {cmp.speedup_measured:.2f}×")
+    con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
+              "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (6·N + 12·L·h·s per token), "
+              "hfu_pct the FLOPs the trace executed, both of the job's step")
+    for i in cmp.resolved:
+        est = cmp.estimates.get(i)
+        within = cmp.within_estimate(i)
+        note = "" if est is None else f" — A estimated up to {est}×" + ("" if within is None else (" (within)" if within else " (beyond the estimate)"))
+        con.print(f"[green]resolved[/] {i}{note}")
+    for i in cmp.new:
+        con.print(f"[red]new[/] {i}")
+    for i in cmp.persisting:
+        con.print(f"[yellow]still[/] {i}")
+    if not (cmp.resolved or cmp.new or cmp.persisting):
+        con.print("no warning-level diagnosis in either run")
