@@ -217,7 +217,7 @@ def test_efficiency_page_on_a_gpu_run(monkeypatch):
     assert m["Achieved"] == f"{eff['achieved_tflops']:,.1f} TFLOP/s"
     t = texts(at)
     # the dtype mix: cuDNN ran the fp32 convs on tensor cores, but one weight gradient in its
-    # non-tensor-core wgrad_alg0_engine<float> (fp32 on CUDA cores since issue 17; 99.6% tf32 before)
+    # non-tensor-core wgrad_alg0_engine<float> (fp32 on CUDA cores)
     assert "tf32 99.2%, fp32 0.8%" in t
     # the run's efficiency diagnoses, with their evidence; not the memory rule
     for rid in ("low_mfu", "layout_conversion", "fp32_matmul", "unfused_elementwise"):
@@ -269,7 +269,7 @@ def test_root_forwards_to_overview_with_the_run(app):
 
 
 def test_compare_page_opens_on_the_newest_run_and_its_closest_predecessor(monkeypatch, tmp_path):
-    """Issue 19: it opened on the two newest runs (engine_pp_1f1b_m8 vs demo-slow-data), unrelated."""
+    """Not on the two newest runs, which may be unrelated (engine_pp_1f1b_m8 vs demo-slow-data)."""
     import shutil
 
     for name in ("engine_pp_1f1b_m8", "ddp_slow_data"):
@@ -286,7 +286,7 @@ def test_compare_page_opens_on_the_newest_run_and_its_closest_predecessor(monkey
 
 def test_plan_page_ranks_layouts_with_memory_and_time_bars(monkeypatch):
     """The Plan page: the article's 175B on 8192 GPUs, the ranked layouts, a memory bar per layout
-    and the step-time split, the given layout first (issue 18, item 7)."""
+    and the step-time split, the given layout first."""
     at = open_page(monkeypatch, "plan_page", run=None, gpus="8192", gpu="H100", batch="1536",
                    layout="tp=8,pp=16,dp=64,zero=1,mb=1,recompute=selective,sp=1")
     assert at.dataframe and "tp=8,pp=16,dp=64" in at.dataframe[0].value["layout"].iloc[0]

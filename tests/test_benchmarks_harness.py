@@ -1,4 +1,4 @@
-"""The benchmarks' shared helpers (issue 19, item 5): one measurement of a whole process tree, one
+"""The benchmarks' shared helpers: one measurement of a whole process tree, one
 builder of synthetic traces, and scripts that import them as a package."""
 
 from __future__ import annotations

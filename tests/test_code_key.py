@@ -1,7 +1,7 @@
-"""The analysis cache follows the code (issue 19): a rule edited after a run was cached gives the
-edited rule's verdict, not the cached one. Before issue 19 the key held the package version and
-a hand-bumped SUMMARY_VERSION only, so raising dataloader_stall's thresholds to 95/96/97 % still
-printed the stall from the cache (``--no-cache`` did not)."""
+"""The analysis cache follows the code: a rule edited after a run was cached gives the
+edited rule's verdict, not the cached one. A key of the package version and
+a hand-bumped SUMMARY_VERSION only would, after raising dataloader_stall's thresholds to 95/96/97 %, still
+print the stall from the cache (``--no-cache`` would not)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Text output (issue 19, item 4): the result on stdout, progress and notes on stderr, one ending
+"""Text output: the result on stdout, progress and notes on stderr, one ending
 for ``profile`` and ``train --profile``."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _entry(name):
 
 
 def test_corpus_covers_the_required_kinds_of_script():
-    """Issue 11 item 8: at least 8 public scripts, from more than one project, on both machines."""
+    """At least 8 public scripts, from more than one project, on both machines."""
     assert len(TABLE.ENTRIES) >= 8
     assert {e.repo for e in TABLE.ENTRIES} >= {"pytorch/examples", "Lightning-AI/pytorch-lightning",
                                                "huggingface/transformers", "huggingface/pytorch-image-models"}

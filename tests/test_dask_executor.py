@@ -1,4 +1,4 @@
-"""The per-rank reduction on a real Dask cluster (issue 12, item 3): a LocalCluster of worker
+"""The per-rank reduction on a real Dask cluster: a LocalCluster of worker
 processes started here, reached by its address as a remote cluster would be, gives the same
 ``--json`` as the local path."""
 

@@ -1,4 +1,4 @@
-"""The run directory's disk fills up (issue 12, item 5): a real size-limited filesystem (tmpfs,
+"""The run directory's disk fills up: a real size-limited filesystem (tmpfs,
 mounted here; skipped where the test may not mount). Capture loses what it cannot write, says so
 in one line per file, never stops the training, and keeps what is already on disk; analysis
 works without its cache."""

@@ -1,4 +1,4 @@
-"""Estimates of the whole fix against measured fix pairs (issue 16, item 4; benchmarks/estimates.py).
+"""Estimates of the whole fix against measured fix pairs (benchmarks/estimates.py).
 
 Every pair's estimate (the before run's diagnosis for the fix that was made) must be within 30 %
 of the measured per-sample speed-up, or be a known miss with its cause written down. Before issue

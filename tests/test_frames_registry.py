@@ -1,4 +1,4 @@
-"""The frame registry (issue 19): frames named once, picklable by reference, declared by the rules
+"""The frame registry: frames named once, picklable by reference, declared by the rules
 that read them; reduce computes exactly the declared set."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The import graph of the workbench package has no circle (issue 19), and the analysis cache's
+"""The import graph of the workbench package has no circle, and the analysis cache's
 code key covers everything the verdict imports.
 
 Edges are read from the sources with ``ast``: every ``import`` and ``from … import`` inside the

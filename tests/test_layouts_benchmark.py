@@ -1,4 +1,4 @@
-"""benchmarks/layouts.py (the table issue 5 fills on GPUs) runs end to end on gloo ranks, and its
+"""benchmarks/layouts.py (the table it fills on GPUs) runs end to end on gloo ranks, and its
 tokens/s counts a tensor-parallel batch once: the ranks' `tokens` shares add up to the batch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the capture cost a run (issue 16, item 1): workbench.format.overhead on rows by hand and on a
+"""What the capture cost a run: workbench.format.overhead on rows by hand and on a
 committed run that times itself (tests/scripts/self_timed.py on this CPU machine)."""
 
 from __future__ import annotations

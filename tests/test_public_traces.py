@@ -1,4 +1,4 @@
-"""Traces other projects publish (traces/public/, issue 17): each is read as ``workbench analyze``
+"""Traces other projects publish (traces/public/): each is read as ``workbench analyze``
 reads a directory and held to its row: the device as analysed and the peak row it resolves to, MFU
 where FLOPs exist, diagnoses present and absent, the warnings, and the README table's verdict.
 Also the deliverables one by one: any file name, the device table and ``--peak-tflops``, AMD

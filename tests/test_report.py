@@ -52,14 +52,14 @@ def test_fixed_run_report_matches_the_analysis(tmp_path):
 
 def test_report_shows_the_cli_mfu_and_plain_evidence():
     """One MFU (``efficiency.mfu_pct`` of --json) in the CLI, the app and the report; evidence as
-    --json prints it (issue 19: the report showed "MFU —" on gpu_slow_data and np.float64(…))."""
+    --json prints it (not "MFU —" on gpu_slow_data, not np.float64(…))."""
     from workbench.present.report import render
     from workbench.pipeline.verdict import analyze_run
 
     a = analyze_run(TRACES / "gpu_slow_data")
     text = render(a)
     mfu = a.to_json()["efficiency"]["mfu_pct"]
-    # 3.2 % of the recorded steps; 3.8 % of the job's step (issue 16: the recorded steps ran 1.2× slower)
+    # 3.2 % of the recorded steps; 3.8 % of the job's step (the recorded steps ran 1.2× slower)
     assert round(mfu, 1) == 3.8 and f"MFU<b>{mfu:.1f}%</b>" in text
     assert "np.float64" not in text and "np.int64" not in text
     for d in a.diagnoses:

@@ -1,10 +1,10 @@
-"""The job's numbers, not the profiler's (issue 16, items 3 and 5): scripts that time themselves.
+"""The job's numbers, not the profiler's: scripts that time themselves.
 
 Each committed run keeps the script's own timer lines (``console.log``). The workbench's step
 (``summary.step_ms``: the job's, the mean of the unprofiled steps) must be the script's own within
 5 % over the same steps, and its MFU the script's own, rescaled to the same peak and FLOP count,
 within 10 %. The recorded steps themselves are not: where the profiler stretched them by more
-than 20 %, reporting them (the behaviour before issue 16) would fail these tests.
+than 20 %, reporting them would fail these tests.
 
 GPU runs: one H200 (traces/README.md, "Self-timed scripts"). CPU: tests/scripts/self_timed.py on
 this machine (traces/self_timed_cpu), and once live under ``workbench profile`` (slow).
@@ -100,7 +100,7 @@ def test_a_cpu_loop_that_times_itself():
     (job,) = s["job"]
     theirs = mean(v for k, v in own.items() if job["first_step"] <= k <= job["last_step"] and k not in range(5, 12))
     assert s["step_ms"] == pytest.approx(theirs, rel=STEP_TOLERANCE)
-    assert s["trace_step_ms"] > 1.3 * theirs  # the recorded steps: what was reported before issue 16
+    assert s["trace_step_ms"] > 1.3 * theirs  # the recorded steps: the profiler's, not the job's
     # the CLI says so in one line
     from io import StringIO
 

@@ -1,9 +1,9 @@
-"""A cache that lost or garbled a frame is repaired from the trace, never a traceback (issue 19).
+"""A cache that lost or garbled a frame is repaired from the trace, never a traceback.
 
 Each rank's frames are cached in RUN/.workbench-cache (index.json: small frames as JSON under
 ``json``, tables under ``tables``). Deleting one frame kind from every rank, or garbling it, must
 give the same ``--json`` as a fresh analysis: the frame is computed again from the rank's trace.
-Before issue 19 deleting ``saved:unfused_optimizer`` raised ``AttributeError: 'RankSummary'
+Without the repair, deleting ``saved:unfused_optimizer`` would raise ``AttributeError: 'RankSummary'
 object has no attribute 'events'`` (the rule's fallback handed a summary where it expected a
 trace), deleting ``efficiency_in_steps`` a KeyError, and a garbled ``memory_summary`` a TypeError.
 """
@@ -67,7 +67,7 @@ NAMES = [f.name for f in READS]
 
 
 def test_every_frame_kind_of_the_old_cache_is_still_a_frame():
-    """The frame kinds caches held before issue 19 (windows and breakdown were "__windows" and
+    """The frame kinds older caches held (windows and breakdown were "__windows" and
     "__breakdown"; has_gpu is the trace's metadata now) are all in the registry."""
     old = {"collective_calls", "comm_overlap", "device_busy", "efficiency", "efficiency_in_steps", "fsdp_annotated",
            "graph_launches", "has_collectives", "inventory", "memory_summary", "pageable", "pipeline_stage", "pp_bubble",

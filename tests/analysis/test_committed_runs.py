@@ -51,7 +51,7 @@ def test_straggler_names_rank_1():
     d = next(d for d in analyze_run(TRACES / "fault_straggler").diagnoses if d.id == "straggler_rank")
     assert d.ranks == [1] and d.evidence["rank"] == 1
     # rank 1 ran the forward 8 extra times: far over the critical band (1.6x), also against the
-    # job's step (issue 16: one job step for both ranks, so the ratio of their work stands)
+    # job's step (one job step for both ranks, so the ratio of their work stands)
     assert d.severity == "critical" and d.evidence["work_ratio"] >= 3.0
 
 

@@ -22,7 +22,7 @@ def by_id(path):
 @pytest.mark.parametrize("path", HEALTHY, ids=lambda p: p.name)
 def test_healthy_gpu_runs_have_no_warning(path):
     a = analyze_run(path)
-    # both scripts train an fp32 MLP with foreach AdamW: busy, but the efficiency rules (issue 10)
+    # both scripts train an fp32 MLP with foreach AdamW: busy, but the efficiency rules
     # rightly find fp32 GEMMs and an unfused optimizer (tests/analysis/test_efficiency_rules.py)
     assert [d.id for d in a.diagnoses if d.severity != "info"] == ["fp32_matmul", "unfused_optimizer"]
     assert a.metrics()["gpu_busy_pct"] > 80
@@ -74,7 +74,7 @@ def test_host_bound_on_tiny_kernels():
 def test_memory_fragmentation():
     a = analyze_run(DATA / "gpu_fragment")
     d = {x.id: x for x in a.diagnoses}["memory_fragmentation"]
-    assert d.severity == "info"  # 5 % of the H200 reserved: nothing at risk (issue 10, item 4)
+    assert d.severity == "info"  # 5 % of the H200 reserved: nothing at risk
     m = a.run.trace(0).memory
     m = m[m["device_type"] == 1]
     stranded = m["reserved_bytes"].max() - m["allocated_bytes"].max()

@@ -18,7 +18,7 @@ from workbench.hardware.peaks import peak_flops
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_GPU_RUNS = ["case_gpu_0_baseline", "case_gpu_1_more_workers", "case_gpu_2_preload_shm", "case_gpu_3_batch32",
                    "gpu_fsdp2_370m"]
-PALM_TOLERANCE = 0.10  # issue 10: within ±10 % of 6N + 12·L·H·Q·T per token
+PALM_TOLERANCE = 0.10  # within ±10 % of 6N + 12·L·H·Q·T per token
 
 
 def test_gemm_shapes_by_hand():
@@ -159,7 +159,7 @@ def test_cpu_ops_on_a_gpu_trace_are_not_model_flops():
 
 
 def test_resnet50_flops_per_image_match_its_published_count():
-    """Issue 10 item 1: torchvision ResNet-50 at 224² is 4.1 G multiply-adds forward (8.2 GFLOP);
+    """torchvision ResNet-50 at 224² is 4.1 G multiply-adds forward (8.2 GFLOP);
     forward + backward ≈ 3 × 8.2 GFLOP per image. The committed pytorch/examples ImageNet run
     (traces/corpus/imagenet_resnet50_gpu, batch 128, one H200) must land within ±10 %."""
     from workbench.pipeline.verdict import analyze_run

@@ -1,4 +1,4 @@
-"""Steps timed on the GPU's clock (issue 11, item 7).
+"""Steps timed on the GPU's clock.
 
 Fixtures: ``tests/scripts/gpu_host_ahead.py`` on one H200 (torch 2.11, CUDA 13) under
 ``workbench profile``, ``--mode eager`` and ``--mode graphs`` (``torch.compile(mode=

@@ -1,4 +1,4 @@
-"""Per-rank reduction and the analysis cache (issue 12, items 1–2).
+"""Per-rank reduction and the analysis cache.
 
 The reference is the analysis as it was before the reduction: every rank's trace in memory and
 each frame computed from it when a rule asks (``_direct``). Every committed run must give the same

@@ -1,4 +1,4 @@
-"""One definition of step time and tokens/s (issue 10, item 7).
+"""One definition of step time and tokens/s.
 
 (a) the dataloader_stall title said "of 97.6 ms" (the steps CSV's unprofiled steps) under a table
 of 111.7 ms steps (the profiled ones): the title now names the steps its figures cover, and its
@@ -43,13 +43,13 @@ def stall(analysis):
 def test_tokens_per_s_is_the_steady_steps_by_hand():
     df = pd.read_csv(TRACES / "case_gpu_2_preload_shm" / "steps_rank0.csv")
     # by hand: steps 1..29 less the profiler's warm-up 6..7 and the recorded 8..11 (schedule 6,2,4:
-    # 23 steps of 16,384 tokens), host clock. Until issue 16 the warm-up steps counted (139,237).
+    # 23 steps of 16,384 tokens), host clock. Counting the warm-up steps would give 139,237.
     steady = df[(df["step"] >= 1) & ~df["step"].isin([6, 7, 8, 9, 10, 11])]
     assert len(steady) == 23
     expected = len(steady) * 16384 / (steady["step_ms"].sum() / 1e3)
     m = analyze_run(TRACES / "case_gpu_2_preload_shm").metrics()
     assert m["tokens_per_s"] == pytest.approx(expected, rel=1e-4)
-    assert m["tokens_per_s"] == pytest.approx(139_452, abs=1)  # RESULTS.md re-derived in issue 16
+    assert m["tokens_per_s"] == pytest.approx(139_452, abs=1)  # as RESULTS.md reports
     assert m["steady_step_ms"] == pytest.approx(steady["step_ms"].mean(), abs=1e-3)
 
 
@@ -72,7 +72,7 @@ def test_steady_steps_are_timed_on_the_gpu_clock_where_captured():
     df = pd.read_csv(ROOT / "tests" / "analysis" / "data" / "gpu_host_ahead_graphs" / "steps_rank0.csv")
     # schedule 1,1,3: step 1 is the profiler's warm-up and steps 2-4 are recorded; this run
     # predates capture_ms, so step 5's GPU time holds part of the trace export (14.5 ms against
-    # 4.6): none of them is a steady step (issue 16)
+    # 4.6): none of them is a steady step
     steady = df[(df["step"] >= 6) & (df["profiled"] == 0)]
     m = analyze_run(ROOT / "tests" / "analysis" / "data" / "gpu_host_ahead_graphs").metrics()
     assert m["steady_step_ms"] == pytest.approx(steady["gpu_step_ms"].mean(), rel=1e-4)
@@ -82,7 +82,7 @@ def test_steady_steps_are_timed_on_the_gpu_clock_where_captured():
 def test_stall_title_from_profiled_steps_quotes_the_cli_table():
     a = analyze_run(TRACES / "fault_slow_data")
     d = stall(a)
-    # the stall was seen in the recorded steps; its share is of the job's step (issue 16)
+    # the stall was seen in the recorded steps; its share is of the job's step
     assert d.evidence["steps_covered"] == "profiled steps 3–5, against the job's step"
     assert d.title.endswith(f"of {a.per_rank['step_ms'].mean():.1f} ms, profiled steps 3–5, against the job's step)")
     out = cli_output(a)
@@ -99,7 +99,7 @@ def test_stall_title_from_unprofiled_steps_names_them_and_quotes_compare():
     d = stall(a)
     m = a.metrics()
     # the recorded steps took 1,020 ms; the CLI's table, the title and compare all give the job's
-    # step (issue 16: the mean of the unprofiled steps, the warm-up steps 6-7 left out: 23 of them)
+    # step (the mean of the unprofiled steps, the warm-up steps 6-7 left out: 23 of them)
     assert f"{a.to_json()['summary']['trace_step_ms']:.1f}" == "1020.2"
     assert f"{a.per_rank['step_ms'].iloc[0]:.1f}" == f"{m['steady_step_ms']:.1f}" == "808.1"
     assert d.evidence["steps_covered"] == "unprofiled steps 1–29" and d.evidence["steps"] == 23

@@ -1,5 +1,5 @@
 """case_studies/plan_175b: the committed results are what the script computes now, and RESULTS.md
-shows them (issue 18, item 6)."""
+shows them."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ def test_plan_imports_no_torch_plotly_streamlit():
 
 def test_compare_a_run_against_its_plan(tmp_path):
     """`workbench compare RUN PLAN.json`: the plan of what the run ran, calibrated on another run,
-    next to what it measured (issue 18, item 7)."""
+    next to what it measured."""
     run, other = TRACES / "case_gpu_3_batch32", TRACES / "case_gpu_2_preload_shm"
     r = workbench("plan", "--from-run", run, "--calibrate", other, "--json")
     assert r.returncode == 0, r.stderr

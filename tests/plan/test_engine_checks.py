@@ -1,4 +1,4 @@
-"""The planner against the engine's committed runs (issue 18, item 4): fails when a prediction
+"""The planner against the engine's committed runs: fails when a prediction
 drifts beyond its goal — memory 10 %, communication volume 5 %, step time 15 %
 (workbench/calibration/checks.py says what is measured)."""
 

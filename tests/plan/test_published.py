@@ -1,4 +1,4 @@
-"""The published-runs table (issue 18, item 5): recomputed, median error within 15 %, and the
+"""The published-runs table: recomputed, median error within 15 %, and the
 table in BENCHMARKS.md is the one the script prints."""
 
 from __future__ import annotations

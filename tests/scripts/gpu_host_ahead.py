@@ -1,4 +1,4 @@
-"""A GPU-bound loop whose host runs ahead of the GPU (issue 11, "step time on the GPU's clock").
+"""A GPU-bound loop whose host runs ahead of the GPU: its step time is on the GPU's clock.
 
 Nothing in the loop syncs (no ``.item()``, no prints of tensors), so the host launches step after
 step while the GPU is still busy: the host's step time is the launch time, not the GPU's.

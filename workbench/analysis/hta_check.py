@@ -5,7 +5,7 @@ breakdowns; we use it to check our own numbers, not to produce them: it is ~20×
 workbench's loader (benchmarks/analyze_vs_hta.py) and returns nothing useful on CPU-only traces.
 
 Known difference: HTA recognises communication kernels by an ``ncclKernel`` regex, while NCCL ≥ 2.19
-names them ``ncclDevKernel_*`` (HTA issues #208, #247, #360). HTA then counts them as compute;
+names them ``ncclDevKernel_*`` (HTA's GitHub tracker: #208, #247, #360). HTA then counts them as compute;
 workbench's ``COMM_KERNEL`` pattern (analysis.steps) matches both. On such traces compare
 ``compute + non_compute`` (all kernel time) rather than compute alone.
 """

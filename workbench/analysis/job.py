@@ -1,4 +1,4 @@
-"""The job's numbers, not the profiler's (issue 16): the recorded steps set against the steps
+"""The job's numbers, not the profiler's: the recorded steps set against the steps
 nobody profiled.
 
 A profiler slows what it records, a host-sensitive loop most: nanoGPT's GPT-2 124M bf16 loop on

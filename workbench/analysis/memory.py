@@ -179,7 +179,7 @@ def count_params(trace: Trace, windows: pd.DataFrame | None = None) -> int | Non
 
 def allocator_summary(steps: pd.DataFrame | None, capacity_bytes: int | None) -> dict | None:
     """Peak device memory from the allocator's own statistics in ``steps_rank{r}.csv``
-    (``max_mem_allocated_bytes``, ``max_mem_reserved_bytes``: peaks since the start, issue 16) —
+    (``max_mem_allocated_bytes``, ``max_mem_reserved_bytes``: peaks since the start) —
     what a run captured without per-event memory records has. The keys of :func:`memory_summary`
     (``growth_bytes_per_step`` from the allocated bytes at each step's end, over the steps from 1
     on), or None without those columns."""

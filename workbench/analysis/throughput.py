@@ -8,8 +8,7 @@ nor warmed up on (:mod:`workbench.format.overhead`):
 - step 0 carries the start-up (CUDA context, allocator growth, cuDNN autotuning, DataLoader
   workers starting): 5,126 ms against a 117 ms median on ``traces/case_gpu_2_preload_shm``.
 - recorded steps carry the profiler's own cost (1.6× on nanoGPT's GPT-2 loop on an H200), and so
-  do its warm-up steps (traced and discarded): both are left out (issue 16; before, warm-up
-  steps counted).
+  do its warm-up steps (traced and discarded): both are left out.
 - the capture's own work at a step edge (the trace export: 1.7–2.6 s on ``traces/case_gpu_*``)
   is the row's ``capture_ms``, in no step's time; in runs written before that column it sat in
   the GPU time of the step after the window, which then takes the host's figure.

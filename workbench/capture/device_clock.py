@@ -10,7 +10,7 @@ step's time on the GPU.
 Each step has its own start event, recorded after the capture's work at the previous edge (the
 row, the profiler's step, the trace export): the export can pause the host for seconds, and
 the GPU then idles between one step's end event and the next one's start event, in no step's
-time (issue 16: with one event per edge, that pause landed in the next step's GPU time). The
+time (with one event per edge, that pause would land in the next step's GPU time). The
 pause is the row's ``capture_ms``.
 
 Cost: ``Event.record`` is an asynchronous launch (~2 µs); events are read with ``query()``,

@@ -65,7 +65,7 @@ class CaptureConfig:
     record_shapes: bool = True
     """Input shapes and dtypes: needed for collective sizes on gloo traces."""
     profile_memory: bool = False
-    """[memory] events (the memory timeline inside a step). Off by default since issue 16: the
+    """[memory] events (the memory timeline inside a step). Off by default: the
     allocator's own peaks are in every step row (``max_mem_*_bytes``), and per-event records only
     add host work to the recorded steps; ``--profile-memory`` turns them on."""
     with_stack: bool = False
@@ -80,7 +80,7 @@ class CaptureConfig:
     """``cpu,cuda`` (ops, annotations and kernels) or ``cuda`` (kernels, copies and CUDA runtime
     calls only: no op recording on the host)."""
     fwd_bwd: bool = False
-    """Forward-backward flow events in the trace (arrows analysis never reads; off since issue 16)."""
+    """Forward-backward flow events in the trace (arrows analysis never reads; off by default)."""
     trace_only: bool = True
     """Skip building Python event objects when the window ends (torch ≥ 2.12; older torch ignores it)."""
     steps_from: str = "auto"

@@ -100,7 +100,7 @@ def print_analysis(doc: dict, con=None) -> None:
         t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
                   *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
     con.print(t)
-    if summary.get("note"):  # issue 16: the recorded steps were not the job's
+    if summary.get("note"):  # the recorded steps were not the job's
         con.print(f"[cyan]note:[/] {summary['note']}")
     from workbench.format.overhead import describe
 

@@ -145,7 +145,7 @@ class Context:
 
     def to_job(self, rank: int) -> float:
         """The factor that turns a share of the recorded step into a share of the job's step, for
-        time the device measured (issue 16): on GPU traces kernels keep their length, so a share
+        time the device measured: on GPU traces kernels keep their length, so a share
         of a recorded step that the profiler stretched is recorded / job times larger; on CPU
         traces the device is the main thread, stretched with the step, and the share stands."""
         rows = self._rank_rows(rank)
@@ -219,7 +219,7 @@ PER_SAMPLE_FORMULA = ("samples/s at k× the batch ≤ min(k, step_ms / gpu_busy_
 
 
 def per_sample(step_ms: float, busy_ms: float) -> dict[str, Any]:
-    """What a bigger batch buys per sample (issue 16, item 4) when the host sets the pace: at k×
+    """What a bigger batch buys per sample when the host sets the pace: at k×
     the batch a step does k× the samples; the GPU's kernels take up to k× as long, the host's
     per-step work (launches, Python) stays. Samples/s then grow by k·T / max(T, k·G) = min(k, T/G)
     (T the job's step, G the kernels' busy time per step). Measured: Hugging Face Trainer batch

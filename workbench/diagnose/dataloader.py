@@ -60,7 +60,7 @@ def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, st
     run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean() if not whole.empty else None
     source = "main-thread enumerate(DataLoader)#…__next__ while the device was idle (profiled steps)"
     covered = steps_label(int(breakdown["step"].min()), int(breakdown["step"].max()), profiled=True)
-    if "job" in breakdown and breakdown["job"].any():  # issue 16: the recorded steps set against the job's
+    if "job" in breakdown and breakdown["job"].any():  # the recorded steps set against the job's
         covered += ", against the job's step"
     n_steps = int(breakdown["step"].nunique())
     if run_share is not None and run_share > trace_share:
@@ -117,7 +117,7 @@ WORKER_FACTORS = (2, 4, 8)
 
 
 def more_workers(step_ms: float, wait_ms: float, workers: int | None) -> dict:
-    """What more DataLoader workers buy (issue 16, item 4), not only the bound above (all waiting
+    """What more DataLoader workers buy, not only the bound above (all waiting
     gone). The step's own work is C = step − wait. N ≥ 1 starved workers deliver N batches per
     batch-time L, so one step takes T = L/N: L = N·T, and M workers give T' = max(C, N·T/M), a
     speed-up of min(T/C, M/N). With N = 0 the main process loads each batch itself (T = C + L,

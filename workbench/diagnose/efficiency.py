@@ -1,7 +1,7 @@
 """Efficiency rules: the GPU is busy, but is it doing useful work fast? One question each, all
 read from analysis.kernel_classes.efficiency (kernel classes, FLOPs, MFU) of GPU traces.
 
-Impact test (issue 10, item 4), shared by every rule here: the estimated step time a fix saves,
+Impact test, shared by every rule here: the estimated step time a fix saves,
 as a share of the step, in ``IMPACT_BANDS``: info ≥ 5 %, warning ≥ 10 %, critical ≥ 20 % (the
 bands of ``host_sync`` / ``dataloader_stall``, after xprof's "≥ 5 % moderately, ≥ 20 % highly
 input-bound"). A problem that costs < 5 % of the step is not reported. Savings are roofline
@@ -168,7 +168,7 @@ def _diagnosis(ctx, saved: Frame, title, recommendation, formula, fix) -> Diagno
     severity = severity_for(pct, IMPACT_BANDS)
     if severity is None:
         return None
-    # shares the worker computed against the recorded step, as shares of the job's (issue 16)
+    # shares the worker computed against the recorded step, as shares of the job's
     scale = ctx.to_job(r)
     evidence = {k: (round(v * scale, 2) if k.endswith("pct_of_step") and isinstance(v, (int, float)) else v)
                 for k, v in evidence.items()}
@@ -187,7 +187,7 @@ def _fp32_saved(e, steps, step_ms, rf):
     simt = _per_step_ms(k[k["class"] == "gemm_simt"], steps)
     tf32 = _per_step_ms(k[(k["class"] == "gemm_tensor_core") & (k["dtype"] == "tf32")], steps)
     gemm_saved = simt * (1 - peak.tflops["fp32"] / bf16) + tf32 * (1 - peak.tflops.get("tf32", bf16) / bf16)
-    # issue 16: the switch changes attention too (fp32 runs SDPA's memory-efficient kernels; bf16
+    # the switch changes attention too (fp32 runs SDPA's memory-efficient kernels; bf16
     # reaches flash/cuDNN kernels): the attention subclasses that ran fp32 kernels, against their
     # FLOPs at FLASH_FRACTION of the 16-bit peak (nanoGPT fp32 → bf16 on an H200: 128 → 13 ms).
     att = k[k["class"] == "attention"]

@@ -39,7 +39,7 @@ def exposed_communication(ctx: Context) -> Diagnosis | None:
         if ov.empty or ov["comm_ms"].sum() == 0:
             continue
         p2p = ov["exposed_p2p_ms"] if "exposed_p2p_ms" in ov else 0.0
-        # the device's communication time in the job's step (issue 16: ctx.device_ms, job_step_ms)
+        # the device's communication time in the job's step (ctx.device_ms, job_step_ms)
         dev = lambda ms: ctx.device_ms(rank, ms)  # noqa: E731
         per_rank[rank] = (dev(float((ov["exposed_ms"] - p2p).clip(lower=0).mean())), ctx.job_step_ms(rank) or float(ov["step_ms"].mean()),
                           dev(float(ov["comm_ms"].mean())), dev(float(ov["overlapped_ms"].mean())))

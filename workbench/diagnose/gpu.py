@@ -52,7 +52,7 @@ def low_gpu_utilization(ctx: Context) -> Diagnosis | None:
         return None
     b = ctx.breakdown[ctx.breakdown["rank"].isin(ranks)]
     busy = {r: ctx.frame(frames.DEVICE_BUSY, r) for r in ranks}
-    # kernels' share of the job's step (issue 16): the trace's busy share of a recorded step the
+    # kernels' share of the job's step: the trace's busy share of a recorded step the
     # profiler stretched, times recorded / job step
     busy_pct = float(np.mean([ctx.busy_pct(r, d) for r, d in busy.items()]))
     step_ms = float(b["step_ms"].mean())
@@ -139,7 +139,7 @@ def host_sync(ctx: Context) -> Diagnosis | None:
     per = {r: ctx.frame(SYNC_GAPS, r) for r in ranks}
     steps = {r: max(len(ctx.windows(r)), 1) for r in ranks}
     step_ms = float(ctx.breakdown[ctx.breakdown["rank"].isin(ranks)]["step_ms"].mean())
-    # the gaps are host time after each sync: as long in the job as its waiting (issue 16)
+    # the gaps are host time after each sync: as long in the job as its waiting
     gap_ms = float(np.mean([per[r]["gap_us"] / 1e3 / steps[r] * ctx.wait_scale(r) for r in ranks]))
     syncs = float(np.mean([per[r]["syncs"] / steps[r] for r in ranks]))
     share = 100.0 * gap_ms / step_ms if step_ms > 0 else 0.0

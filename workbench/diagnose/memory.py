@@ -16,7 +16,7 @@ Estimated gain: none in time; the gain is headroom (reported in GiB).
 peak allocated, share of peak reserved (the caching allocator holds segments it cannot reuse
 for the sizes now asked for). Found when the stranded bytes are at least ``MIN_STRANDED_GIB`` and
 ``FRAG_MIN_PCT`` = 10 % of peak reserved (a healthy eager step strands ~1 % — traces/gpu_fixed_data
-1.2 %, gpu_memory_heavy 0.1 %). Impact test (issue 10, item 4): stranded memory costs nothing
+1.2 %, gpu_memory_heavy 0.1 %). Impact test: stranded memory costs nothing
 until the run needs it, so the severity is the run's nearness to capacity, with oom_risk's bands:
 warning when peak reserved ≥ 85 % of capacity, critical ≥ 95 % (near capacity ≥ 1 GiB stranded
 counts even under 10 %: it is the next batch's room); info below 85 %, or when the capacity is
@@ -50,7 +50,7 @@ GRAPH_LAUNCHES = Frame("graph_launches", _graph_launches, returns=int)
 
 def memory_summaries(ctx: Context) -> dict[int, dict]:
     """rank → analysis.memory.memory_summary of its trace's [memory] events, or, for a rank whose
-    trace has none (captured without ``--profile-memory``, the default since issue 16), the same
+    trace has none (captured without ``--profile-memory``, the default), the same
     keys from the allocator's own peaks in its steps CSV (analysis.memory.allocator_summary)."""
     out = {}
     for r in ctx.ranks:

@@ -118,7 +118,7 @@ def pipeline_bubble(ctx: Context) -> Diagnosis | None:
         return None
     p = len(per)
     share = float(np.mean([v["bubble_pct"] for v in per.values()]))
-    step_ms = float(np.mean([ctx.job_step_ms(r) or v["step_ms"] for r, v in per.items()]))  # the job's (issue 16)
+    step_ms = float(np.mean([ctx.job_step_ms(r) or v["step_ms"] for r, v in per.items()]))  # the job's
     # the smallest count over the stages: a middle stage of an unannotated schedule counts twice
     m = min((v["microbatches"] for v in per.values() if v["microbatches"]), default=None)
     ideal = 100.0 * (p - 1) / (m + p - 1) if m else None

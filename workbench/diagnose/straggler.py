@@ -7,7 +7,7 @@ median of the *other* ranks (with two ranks the median of all would halve the ra
 Per step, then over steps the ratio the rank reaches in at least two steps of three
 (``STEP_QUANTILE`` = 1/3): a straggler is slow every step, while on ranks that share cores the
 "slow" rank changes from step to step. Measured on fault-free 2-rank gloo runs once blocking
-``gloo:`` waits count as communication (issue 11): per-step medians reached 1.22–1.28 (the slow
+``gloo:`` waits count as communication: per-step medians reached 1.22–1.28 (the slow
 rank alternating), the 1/3 quantile 1.10; the planted straggler stays above 1.3 every step.
 Thresholds (work / others' median): info ≥ 1.1, warning ≥ 1.3, critical ≥ 1.6, and at least
 ``MIN_EXCESS_MS`` more work per step. Ours: fault-free 2-rank gloo runs on a shared 2-core

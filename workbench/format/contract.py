@@ -42,7 +42,7 @@ STEP_COLUMNS = (
     "max_mem_allocated_bytes",
     "rss_bytes",  # resident set size of the rank process
     "gpu_step_ms",  # the same step on the GPU's clock (CUDA events at the step edges), else empty
-    # added in issue 16 (older runs lack them; readers must not require them):
+    # newer columns (older runs lack them; readers must not require them):
     "capture_ms",  # the capture's own work at this step's end (row, profiler step, trace export), host
     #                clock; the next step starts after it, so start_unix_s + step_ms + capture_ms = the
     #                next row's start_unix_s, and neither step_ms nor gpu_step_ms holds it

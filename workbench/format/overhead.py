@@ -1,4 +1,4 @@
-"""What the capture cost a run: its recorded steps against the steps nobody profiled (issue 16).
+"""What the capture cost a run: its recorded steps against the steps nobody profiled.
 
 A profiler slows what it records, and a host-sensitive loop most: on a GPT-2 124M bf16 loop on an
 H200 the three recorded steps took 1.6× the others. The job's own time is what the unprofiled

@@ -17,9 +17,9 @@ the measured speed-up next to what A's diagnoses estimated.
 Which steps each number covers (workbench.pipeline.verdict's ``metrics``): ``step_ms``, the category
 shares and ``speedup_measured`` the profiled steps (the trace, as the diagnoses' estimates);
 ``steady_step_ms`` and ``tokens_per_s`` the steady steps of the steps CSVs (step ≥ 1, not profiled:
-``workbench.analysis.throughput``), the throughput the case studies' RESULTS.md report. Before
-issue 10 ``tokens_per_s`` also counted step 0's start-up and the profiled steps (57,306 against
-RESULTS.md's 139,352 for ``traces/case_gpu_2_preload_shm``; now 139,237 in both).
+``workbench.analysis.throughput``), the throughput the case studies' RESULTS.md report. Counting
+step 0's start-up and the profiled steps would give 57,306 tokens/s against
+RESULTS.md's 139,452 for ``traces/case_gpu_2_preload_shm``.
 ``tokens_per_s`` is the script's own count (``record_metrics(tokens=…)``) where it wrote one, else
 the inferred model's tokens per step (workbench.analysis.model) over the steady step; ``mfu_pct``
 (the model's FLOPs, the field's MFU) and ``hfu_pct`` (the FLOPs the trace executed) are the job's

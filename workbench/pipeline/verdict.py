@@ -6,10 +6,10 @@
     {
       "json_schema": "workbench.analyze/1",
       "run": {"path", "name", "status", "world_size", "device", "has_gpu", "warnings": [str],
-              "steps_from"},            # added in issue 11: what ended a step (manifest), or null
+              "steps_from"},            # what ended a step (manifest), or null
       "summary": {
         "steps": int,                   # profiled steps per rank (min over ranks)
-        "step_ms": float,               # the job's step (issue 16): the mean of the unprofiled
+        "step_ms": float,               # the job's step: the mean of the unprofiled
                                         # steps (analysis.job), the profiled ones where there are none
         "breakdown_pct": {category: float},   # mean share of step time, sums to 100
         "per_rank": [{"rank", "steps", "step_ms", "<category>_ms", "<category>_pct"}],
@@ -17,25 +17,25 @@
         "host_ahead": {"device_step_ms", "host_step_ms", "ratio"} | null
                                         # set when the GPU's steps take HOST_AHEAD_RATIO× the host's:
                                         # the host ran ahead (CUDA graphs, no sync); step_ms is the GPU's
-        "trace_step_ms", "steps_covered", "job", "capture_overhead", "note"   # issue 16: Analysis.job_json
+        "trace_step_ms", "steps_covered", "job", "capture_overhead", "note"   # Analysis.job_json
       },
       "diagnoses": [{"id", "severity", "title", "evidence", "recommendation",
                      "estimated_gain", "fix", "ranks"}],
       "verdict": str,                   # one line
-      "metrics": {name: float|null},    # added in issue 4; flat, the rows of `workbench compare`:
+      "metrics": {name: float|null},    # flat, the rows of `workbench compare`:
           step_ms, <category>_pct, gpu_busy_pct (kernels, GPU runs) or compute_busy_pct (CPU),
           exposed_comm_pct (min over ranks), comm_ms_per_step, peak_reserved_gib,
           peak_allocated_gib, straggler_work_ratio, tokens_per_s (steps CSV, when written),
-          steady_step_ms (added in issue 10)
+          steady_step_ms
           step_ms and the <category>_pct cover the profiled steps (the trace); steady_step_ms and
           tokens_per_s the steady steps of the steps CSVs: step ≥ 1, not profiled, step time
           gpu_step_ms where captured; tokens_per_s = the job's tokens per steady step /
-          steady_step_ms (analysis.throughput; issue 10 — before, it also counted step 0's
-          start-up and the profiled steps)
+          steady_step_ms (analysis.throughput; neither step 0's start-up nor the profiled
+          steps count)
       "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
-                       "calls_per_step", "bytes_per_step", "total_ms"}],   # added in issue 4
-      "clock": {rank: {"offset_us", "source"}},                         # added in issue 4
-      "efficiency": {                   # added in issue 10; null when no op's FLOPs could be counted
+                       "calls_per_step", "bytes_per_step", "total_ms"}],
+      "clock": {rank: {"offset_us", "source"}},
+      "efficiency": {                   # null when no op's FLOPs could be counted
         "flops_per_step": float,        # model FLOPs per step and device, from the ops' shapes
                                         # (analysis.flops), mean over ranks and steps
         "achieved_tflops": float,       # those FLOPs / step time (the GPU's clock), per device
@@ -252,7 +252,7 @@ class Analysis:
 
     def capture_overhead(self) -> dict[str, Any] | None:
         """What the capture cost this run (workbench.format.overhead): the manifest's, else computed from
-        the steps CSVs (runs captured before issue 16, bare directories with CSVs)."""
+        the steps CSVs (runs whose manifest lacks it, bare directories with CSVs)."""
         m = self.run.manifest.get("capture_overhead")
         if isinstance(m, dict):
             return m
@@ -261,7 +261,7 @@ class Analysis:
         return capture_overhead(rows, warmup=ctx.steps_warmup) if rows else None
 
     def job_json(self) -> dict[str, Any]:
-        """The summary's job keys (issue 16): ``trace_step_ms`` (the recorded steps' own mean),
+        """The summary's job keys: ``trace_step_ms`` (the recorded steps' own mean),
         ``steps_covered`` (which steps ``step_ms`` and the shares are of), ``job`` (per rank: its
         unprofiled steps, mean and median, the clock) or null, ``capture_overhead`` or null, and
         ``note``, the one line the CLI prints when the recorded steps were not the job's."""
@@ -289,7 +289,7 @@ class Analysis:
         if serious:
             top = serious[0]
             return f"{top.id}: {top.title} → {top.recommendation.split(';')[0]}"
-        # issue 10: "no bottleneck" only when compute fills >= 90% of the step and MFU is near what
+        # "no bottleneck" only when compute fills >= 90% of the step and MFU is near what
         # this GPU reaches (low_mfu silent: MFU over the busy share >= 0.75 of the GEMMs' rate)
         NO_BOTTLENECK_COMPUTE_PCT = 90.0
         pct = self.breakdown_pct()
@@ -379,7 +379,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     config = run.manifest.get("config")
     steps = {r: d.steps for r, d in run.ranks.items()}
     warmup = (run.manifest.get("schedule") or {}).get("warmup")
-    # issue 16: the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
+    # the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
     job = job_steps(steps, warmup)
     gpu = any(rf.has_gpu for rf in ranks.values())
     if gpu:  # a host-timed job step shorter than the GPU's work: the host ran ahead

@@ -14,7 +14,7 @@ from workbench.present.figures import kernel_class_bar, mfu_per_step
 from workbench.ui import state, widgets
 from workbench.present import summary
 
-# The rules of workbench.diagnose.efficiency (issue 10, item 3), shown here with their evidence.
+# The rules of workbench.diagnose.efficiency, shown here with their evidence.
 EFFICIENCY_RULES = ("low_mfu", "fp32_matmul", "unfused_elementwise", "unfused_optimizer", "attention_math",
                     "layout_conversion", "stale_gemm_kernels")
 TOP_KERNELS = 20
