@@ -12,8 +12,8 @@ nor warmed up on (:mod:`workbench.format.overhead`):
 - the capture's own work at a step edge (the trace export: 1.7–2.6 s on ``traces/case_gpu_*``)
   is the row's ``capture_ms``, in no step's time; in runs written before that column it sat in
   the GPU time of the step after the window, which then takes the host's figure.
-- the first steps after step 0 while they still warm up (allocator growth, autotuning, lazy
-  compilation): a leading steady step whose time less its wait on data exceeds
+- on the GPU's clock, the first steps after step 0 while they still warm up (allocator growth,
+  autotuning, lazy compilation): a leading steady step whose time less its wait on data exceeds
   :data:`WARMUP_RATIO` × the median of the later ones, at most :data:`MAX_WARMUP_STEPS` of them
   (torchtitan's Llama 3B: step 1 took 1,070 ms against ~565 ms after; nanoGPT and torchtitan
   print their figures past such steps too). A step slow because it waited on data is kept: a
@@ -91,9 +91,12 @@ def steady_summary(steps: dict[int, pd.DataFrame | None] | None, min_steps: int 
         if len(t) < min_steps:
             continue
         s = s.loc[t.index]
-        wait = s["data_wait_ms"].astype(float) if "data_wait_ms" in s else pd.Series(0.0, index=s.index)
-        n = warmup_steps(t, wait, keep=max(min_steps, 1))
-        s, t = s.iloc[n:], t.iloc[n:]
+        if "gpu_step_ms" in s and s["gpu_step_ms"].notna().all():
+            # on the GPU's clock: kernels autotune and the allocator grows in the first steps; a CPU
+            # run's early steps share its cores with starting DataLoader workers, which is the job's
+            wait = s["data_wait_ms"].astype(float) if "data_wait_ms" in s else pd.Series(0.0, index=s.index)
+            n = warmup_steps(t, wait, keep=max(min_steps, 1))
+            s, t = s.iloc[n:], t.iloc[n:]
         rows.append({
             "rank": int(rank), "steps": len(s), "first_step": int(s["step"].min()), "last_step": int(s["step"].max()),
             "step_ms": float(t.mean()), "median_step_ms": float(t.median()),
