@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 
-from workbench.plan import checks  # noqa: E402
+from workbench.calibration import checks  # noqa: E402
 
 
 def _table(title: str, rows, unit: str, scale: float) -> None:

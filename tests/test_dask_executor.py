@@ -16,7 +16,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from workbench import cache  # noqa: E402
+from workbench.pipeline import cache  # noqa: E402
 from workbench.format.errors import WorkbenchError  # noqa: E402
 from workbench.pipeline.verdict import analyze_run  # noqa: E402
 
