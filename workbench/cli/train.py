@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
+TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "engine" / "train.py"
 
 EXAMPLES = """examples:
   workbench train --config case_studies/engine/ddp_tiny.toml --nproc-per-node 2
