@@ -264,7 +264,8 @@ FOUND = [
 def test_found_by_fuzzing(tmp_path, docs):
     for rank, doc in enumerate(docs):
         (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
-        assert read_trace(tmp_path / f"rank{rank}.pt.trace.json") is not None
+        t = read_trace(tmp_path / f"rank{rank}.pt.trace.json")
+        assert t.n_events >= 1  # the odd event's details are dropped, never the trace's events
     _strict_analyze(tmp_path)
 
 
