@@ -31,7 +31,7 @@ def test_profile_and_train_end_alike(capsys, analyze):
     """cli.cmd_profile and engine.cli._train_profiled both end in console.finish_profiled_run."""
     import inspect
 
-    from workbench.cli import main as cli
+    from workbench.cli import profile as cli
     from workbench.cli.console import finish_profiled_run
     from workbench.cli import train as engine_cli
 

@@ -7,26 +7,28 @@ import argparse
 import json
 import sys
 
+from workbench.cli.registry import command
 from workbench.pipeline.compare import Comparison, compare_runs
 
 
-def add_compare_parser(sub) -> None:
-    p = sub.add_parser("compare", help="per-metric deltas between two runs: did the fix work?",
-                       description="Analyze runs A (before) and B (after) and print per-metric deltas, the "
-                                   "diagnoses B resolved or introduced, and the measured speed-up next to A's estimate.",
-                       epilog="examples:\n  workbench compare traces/ddp_slow_data traces/ddp_fixed_data\n"
-                              "  workbench compare A B --json\n"
-                              "  workbench compare RUN PLAN.json     # a run against its `workbench plan --json` "
-                              "(predicted vs measured)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+EXAMPLES = """examples:
+  workbench compare traces/ddp_slow_data traces/ddp_fixed_data
+  workbench compare A B --json
+  workbench compare RUN PLAN.json     # a run against its `workbench plan --json` (predicted vs measured)"""
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="run A (before): run directory, trace directory or trace file")
     p.add_argument("b", help="run B (after)")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.compare/1)")
     p.add_argument("--force", action="store_true",
                    help="RUN PLAN.json: compare even when the plan is for another model, GPU, GPU count or device class")
-    p.set_defaults(func=cmd_compare)
 
 
+@command("compare", help="per-metric deltas between two runs: did the fix work?",
+         description="Analyze runs A (before) and B (after) and print per-metric deltas, the "
+                     "diagnoses B resolved or introduced, and the measured speed-up next to A's estimate.",
+         examples=EXAMPLES, arguments=_arguments)
 def cmd_compare(args: argparse.Namespace) -> int:
     from workbench.calibration.compare_plan import cmd_compare_plan, is_plan_file
 

@@ -1,11 +1,13 @@
-"""``workbench plan``: registered into the CLI by workbench.cli.main. Parses and prints; the work is
-in workbench.plan. Imports nothing heavy at registration (no torch, pandas, plotly, streamlit)."""
+"""``workbench plan``: registers itself as a command (workbench.cli.registry). Parses and prints; the
+work is in workbench.plan. Imports nothing heavy at registration (no torch, pandas, plotly, streamlit)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+from workbench.cli.registry import command
 
 EXAMPLES = """examples:
   workbench plan gpt3-175b --gpus 8192 --gpu A100-SXM4-80GB --global-batch 1536
@@ -25,14 +27,9 @@ one 400 Gb/s NIC per GPU: 400); defaults come from the GPU's usual system (DGX A
 """
 
 
-def add_plan_parser(sub) -> None:
+def _arguments(p: argparse.ArgumentParser) -> None:
     # numbers are taken as text and checked by workbench.plan.validate (one line, exit 2, the same
     # checks as the app's); argparse's own type errors would print the usage block as well
-    p = sub.add_parser("plan", help="choose the parallel layout before launch: memory, step time, MFU per layout",
-                       description="Search TP x PP (1F1B/GPipe, interleaved) x DP x ZeRO 0-3 x micro-batch x "
-                                   "recomputation x sequence parallel for MODEL on N GPUs; print the fastest layouts "
-                                   "that fit, with memory per GPU and the step time split, and why the others lost.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="a preset or a key list (see below); optional with --from-run")
     p.add_argument("--gpus", default=None, metavar="N", help="GPUs in the job")
     p.add_argument("--gpu", default=None, metavar="NAME", help="device: H200, H100, H100 PCIe, A100-SXM4-80GB, A100, "
@@ -64,9 +61,13 @@ def add_plan_parser(sub) -> None:
                         "the run itself unless --calibrate; prints the prediction beside what the run measured and the "
                         "best layouts on 1, 2, 4 and 8 times its GPUs; --layout defaults to the run's")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.plan/1)")
-    p.set_defaults(func=cmd_plan)
 
 
+@command("plan", help="choose the parallel layout before launch: memory, step time, MFU per layout",
+         description="Search TP x PP (1F1B/GPipe, interleaved) x DP x ZeRO 0-3 x micro-batch x "
+                     "recomputation x sequence parallel for MODEL on N GPUs; print the fastest layouts "
+                     "that fit, with memory per GPU and the step time split, and why the others lost.",
+         examples=EXAMPLES, arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 

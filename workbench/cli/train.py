@@ -1,4 +1,4 @@
-"""``workbench train``: registered into the CLI by workbench.cli.main; must not import torch at import time.
+"""``workbench train``: registers itself as a command (workbench.cli.registry); must not import torch at import time.
 
 The config is read and checked here, before any process starts, so a wrong key or an impossible
 layout is one line and exit code 2. ``--profile`` goes through ``workbench.capture.launcher.profile``,
@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from workbench.cli.registry import command
+
 TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "engine" / "train.py"
 
 EXAMPLES = """examples:
@@ -25,11 +27,7 @@ EXAMPLES = """examples:
 """
 
 
-def add_train_parser(sub) -> None:
-    tr = sub.add_parser("train", help="train the bundled GPT engine from a TOML config (optionally profiled)",
-                        description="Train the bundled GPT engine: DDP, ZeRO-1/2/3, TP, PP and fault toggles, each "
-                                    "one config line. With --profile the run is captured as `workbench profile` does.",
-                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _arguments(tr: argparse.ArgumentParser) -> None:
     tr.add_argument("--config", required=True, type=Path, metavar="FILE.toml", help="engine config (presets: case_studies/engine/)")
     tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override one field, value as a TOML literal: data.num_workers=8 (repeatable)")
@@ -44,7 +42,6 @@ def add_train_parser(sub) -> None:
                     help="print the resolved config (every key, its value and what it does) as TOML and exit")
     tr.add_argument("--max-restarts", type=int, default=0, metavar="K",
                     help="without --profile: let torchrun restart failed ranks K times (resume needs checkpoint.dir)")
-    tr.set_defaults(func=cmd_train)
 
 
 def _world_size(nproc: int) -> int:
@@ -55,6 +52,10 @@ def _world_size(nproc: int) -> int:
     return nproc
 
 
+@command("train", help="train the bundled GPT engine from a TOML config (optionally profiled)",
+         description="Train the bundled GPT engine: DDP, ZeRO-1/2/3, TP, PP and fault toggles, each "
+                     "one config line. With --profile the run is captured as `workbench profile` does.",
+         examples=EXAMPLES, arguments=_arguments)
 def cmd_train(args: argparse.Namespace) -> int:
     from workbench.engine.config import config_to_dict, load_config
     from workbench.format.errors import WorkbenchError

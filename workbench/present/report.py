@@ -1,4 +1,4 @@
-"""``workbench report RUN --html OUT.html``: one self-contained HTML file with the app's figures.
+"""One self-contained HTML file with the app's figures (``workbench report``, workbench.cli.report).
 
 The page works offline: plotly's JavaScript is inlined once (in the first figure), the rest of
 the figures reuse it; no external script, style or font is referenced. Figures come from
@@ -7,17 +7,11 @@ workbench.present.figures, the numbers from workbench.present.summary, so the re
 
 from __future__ import annotations
 
-import argparse
 import html
 from datetime import datetime, timezone
 from pathlib import Path
 
 from workbench.format.errors import WorkbenchError
-
-EXAMPLE = """examples:
-  workbench report traces/ddp_slow_data --html slow.html
-  workbench report ./log/resnet --html resnet.html     # a tensorboard_trace_handler directory
-"""
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
 h1{margin-bottom:0}.sub{color:#666;margin-top:4px}.verdict{padding:12px 16px;border-radius:6px;font-weight:600}
@@ -25,22 +19,6 @@ h1{margin-bottom:0}.sub{color:#666;margin-top:4px}.verdict{padding:12px 16px;bor
 .kpis{display:flex;gap:24px;flex-wrap:wrap;margin:16px 0}.kpi{min-width:140px}.kpi b{display:block;font-size:1.5em}
 .diag{border:1px solid #ddd;border-radius:6px;padding:8px 16px;margin:8px 0}code{background:#f4f4f4;padding:1px 4px}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"""
-
-
-def add_report_parser(sub) -> None:
-    p = sub.add_parser("report", help="a self-contained HTML report of a run (works offline)",
-                       description="Write one HTML file with the verdict, the diagnoses and the app's figures "
-                                   "(plotly inlined: no network needed to open it).",
-                       epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("path", type=Path, metavar="RUN", help="run directory, trace directory or one trace file")
-    p.add_argument("--html", type=Path, required=True, metavar="OUT.html", help="where to write the report")
-    p.set_defaults(func=cmd_report)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    out = write_report(args.path, args.html)
-    print(f"workbench: report written to {out}")
-    return 0
 
 
 DRAWN_RANKS = 4  # ranks whose events (timeline, memory samples) the report draws

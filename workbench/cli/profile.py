@@ -1,0 +1,55 @@
+"""``workbench profile SCRIPT [ARGS…]``: run an unmodified training script under the profiler.
+
+The script's own output passes through; the verdict follows on stdout, notes on stderr
+(workbench.cli.console). The exit code is the script's own. Torch is imported by the launcher
+when the command runs, never at registration.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workbench.cli.registry import command
+
+EXAMPLES = """examples:
+  workbench profile train.py --lr 3e-4
+  workbench profile --stop-after-profile main.py -a resnet50      # end a long script after the window
+  workbench profile --steps-from backward word_language_model/main.py   # a loop without torch.optim
+  workbench profile --nproc-per-node 2 workbench/examples/slow_data_ddp.py --num-workers 0
+  torchrun --nproc-per-node 8 -m workbench profile train.py     # already under torchrun/srun
+"""
+
+
+def _arguments(pr: argparse.ArgumentParser) -> None:
+    pr.add_argument("--nproc-per-node", type=int, default=1, metavar="N", help="ranks to start through torchrun (default 1)")
+    pr.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory (default traces/<script>-<time>)")
+    pr.add_argument("--schedule", default="1,1,3", metavar="WAIT,WARMUP,ACTIVE",
+                    help="profiler schedule in optimizer steps (default 1,1,3)")
+    pr.add_argument("--steps-from", default="auto", metavar="SOURCE",
+                    help="what marks a training step: auto (default: optimizer.step(), else backward(), else "
+                         "time windows), optimizer, backward, annotation:NAME (a record_function range), time:SEC")
+    pr.add_argument("--max-steps", type=int, default=None, metavar="N",
+                    help="end the script cleanly after N steps (default: run to completion)")
+    pr.add_argument("--stop-after-profile", action="store_true",
+                    help="end the script cleanly once the last profiled step is written")
+    pr.add_argument("--profile-memory", action="store_true",
+                    help="record the profiler's memory events (the memory timeline inside a step); off by default: "
+                         "they slow host-sensitive recorded steps, and the allocator's peaks are in every step row")
+    pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
+    pr.add_argument("script", help="the training script")
+    pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
+@command("profile", help="run a training script under the profiler (1..N ranks)",
+         description="Run an unmodified training script with torch.profiler, an NVML sampler "
+                     "and per-step metrics; write a run directory; print the verdict.",
+         examples=EXAMPLES, arguments=_arguments)
+def cmd_profile(args: argparse.Namespace) -> int:
+    from workbench.capture.launcher import parse_schedule, profile
+    from workbench.cli.console import finish_profiled_run
+
+    code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out,
+                            schedule=parse_schedule(args.schedule), steps_from=args.steps_from, max_steps=args.max_steps,
+                            stop_after_profile=args.stop_after_profile, profile_memory=args.profile_memory or None)
+    return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)
