@@ -21,7 +21,7 @@ def app(monkeypatch):
 def _page(name: str) -> None:
     from workbench.ui import pages
 
-    getattr(pages, name)()
+    {p.fn.__name__: p.fn for p in pages.registered()}[name]()
 
 
 def open_page(monkeypatch, name: str, run: str | None = "ddp_slow_data", root=TRACES, **params) -> AppTest:

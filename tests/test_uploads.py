@@ -135,7 +135,7 @@ def test_zip_with_lying_header_is_stopped_while_reading(root):
 
 
 def _runs_page():
-    from workbench.ui.pages import runs_page
+    from workbench.ui.runs import runs_page
 
     runs_page()
 

@@ -10,10 +10,12 @@ from workbench.analysis.memory import memory_timeline, step_floors, zero_model_s
 from workbench.present.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
 from workbench.ui import state
 from workbench.present import summary
+from workbench.ui.registry import page
 
 GIB = 2**30
 
 
+@page("Utilisation", url_path="utilisation", section="Run", order=30)
 def utilisation_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Utilisation")
@@ -43,6 +45,7 @@ def utilisation_page() -> None:
 MEMORY_RANKS = 8  # ranks whose memory samples the Memory page draws (each one's trace is read)
 
 
+@page("Communication", url_path="communication", section="Run", order=40)
 def communication_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Communication")
@@ -65,6 +68,7 @@ def communication_page() -> None:
         st.dataframe(per_rank.reset_index(), hide_index=True, width="stretch")
 
 
+@page("Memory", url_path="memory", section="Run", order=50)
 def memory_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Memory")

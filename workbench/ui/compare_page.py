@@ -7,8 +7,10 @@ import streamlit as st
 from workbench.pipeline.compare import compare_runs, default_pair
 from workbench.present.figures import compare_bars, step_breakdown_bar
 from workbench.ui import state, widgets
+from workbench.ui.registry import page
 
 
+@page("Compare", url_path="compare", section="Runs", order=20)
 def compare_page() -> None:
     st.title("Compare")
     runs = state.runs()

@@ -13,6 +13,7 @@ import streamlit as st
 from workbench.present.figures import kernel_class_bar, mfu_per_step
 from workbench.ui import state, widgets
 from workbench.present import summary
+from workbench.ui.registry import page
 
 # The rules of workbench.diagnose.efficiency, shown here with their evidence.
 EFFICIENCY_RULES = ("low_mfu", "fp32_matmul", "unfused_elementwise", "unfused_optimizer", "attention_math",
@@ -46,6 +47,7 @@ def model_section(model: dict, tokens_per_s: float | None) -> None:
     st.dataframe(model_table(model), hide_index=True, width="stretch")
 
 
+@page("Efficiency", url_path="efficiency", section="Run", order=60)
 def efficiency_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Efficiency")

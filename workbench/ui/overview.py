@@ -8,12 +8,14 @@ import streamlit as st
 from workbench.present.figures import step_breakdown_bar, step_time_lines, timeline
 from workbench.ui import state, widgets
 from workbench.present import summary
+from workbench.ui.registry import page
 
 
 def _fmt(v: float | None, unit: str, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}{unit}"
 
 
+@page("Overview", url_path="overview", section="Run", order=10)
 def overview_page() -> None:
     path, analysis = state.selected_analysis()
     st.title(path.name if path else "Overview")
@@ -52,6 +54,7 @@ def overview_page() -> None:
     st.dataframe(summary.per_rank_table(analysis), hide_index=True, width="stretch")
 
 
+@page("Diagnoses", url_path="diagnoses", section="Run", order=70)
 def diagnoses_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Diagnoses")
@@ -62,6 +65,7 @@ def diagnoses_page() -> None:
     widgets.diagnosis_cards(analysis, detailed=True)
 
 
+@page("Timeline", url_path="timeline", section="Run", order=20)
 def timeline_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Timeline")

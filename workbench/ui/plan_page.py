@@ -18,6 +18,7 @@ from workbench.plan.report import to_json
 from workbench.calibration.request import build_request
 from workbench.plan.search import plan
 from workbench.ui import state
+from workbench.ui.registry import page
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -40,6 +41,7 @@ def _table(doc: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@page("Plan", url_path="plan", section="Before launch", order=10)
 def plan_page() -> None:
     st.title("Plan")
     st.caption("Which tensor × pipeline × data-parallel layout (ZeRO stage, micro-batch, recomputation, sequence "

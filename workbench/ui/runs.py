@@ -9,12 +9,14 @@ from workbench.ui import uploads
 from workbench.format.errors import WorkbenchError
 from workbench.format.kineto import trace_files
 from workbench.ui import state
+from workbench.ui.registry import page
 
 # Runs whose traces total less than this are analysed to fill the verdict column; larger ones
 # show their verdict once opened (analysis is cached), so the list stays instant.
 AUTO_ANALYZE_BYTES = 20 << 20
 
 
+@page("Runs", url_path="runs", section="Runs", order=10)
 def runs_page() -> None:
     st.title("Runs")
     root = state.traces_root()
