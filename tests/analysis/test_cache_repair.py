@@ -166,9 +166,9 @@ def test_a_signed_result_that_is_no_analysis_is_not_served(cached, body, capsys)
 
     path, _, want = cached["cpu"]
     analyze_run(path, workers=1)  # the summaries' cache, for write_result
-    from workbench.cli.console import analysis_doc
+    from workbench.pipeline import analyze
 
-    analysis_doc(path)  # writes analysis.json
+    analyze(path)  # writes analysis.json (a bad one is not served: analysed again)
     f = cache_dir(path) / RESULT
     doc = json.loads(f.read_text())
     assert cached_result(path) == doc["analysis"]
