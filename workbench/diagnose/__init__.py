@@ -13,14 +13,14 @@ from __future__ import annotations
 from workbench.analysis.frames import unique
 from workbench.diagnose import rules as _rules  # noqa: F401  (registers every rule)
 from workbench.diagnose.base import SEVERITIES, Context, Diagnosis
-from workbench.diagnose.registry import rule, rules
+from workbench.diagnose.registry import registered, rule
 
 __all__ = ["Context", "Diagnosis", "READS", "RULES", "SEVERITIES", "diagnose", "rule"]
 
-RULES = tuple(r.fn for r in rules())
+RULES = tuple(r.fn for r in registered())
 """Every rule, in the order they run (workbench.diagnose.rules)."""
 
-READS = unique(f for r in rules() for f in r.reads)
+READS = unique(f for r in registered() for f in r.reads)
 """Every per-rank frame a rule declares: what workbench.pipeline.reduce computes for the rules."""
 
 
@@ -35,7 +35,7 @@ def diagnose(breakdown=None, run_config: dict | None = None, context: Context | 
     """
     ctx = context or Context(breakdown=breakdown, run_config=run_config)
     found = []
-    for r in rules():
+    for r in registered():
         with ctx.reading(r.fn):
             found.append(r.fn(ctx))
     found = [d for d in found if d is not None]

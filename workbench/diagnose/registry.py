@@ -104,7 +104,7 @@ def rule(id: str, *, reads: tuple[Frame, ...] = (), group: str, summary: str, th
     return register
 
 
-def rules() -> tuple[Rule, ...]:
+def registered() -> tuple[Rule, ...]:
     """Every registered rule, in the order they registered (the order they run in)."""
     return tuple(_RULES.values())
 
