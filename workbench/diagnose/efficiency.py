@@ -177,5 +177,3 @@ def where_time_goes(e: Efficiency, steps: int, breakdown: pd.DataFrame) -> dict[
     out = {str(c): round(100 * v * scale / step_ms, 1) for c, v in by.items()}
     out["gpu_idle"] = round(100 * idle / step_ms, 1)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-

@@ -30,7 +30,6 @@ def _or(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-
 @rule("oom_risk", reads=(frames.MEMORY_SUMMARY, frames.MODEL), group="memory",
       summary="peak reserved vs device capacity; growth across steps; ZeRO-paper model-state estimate",
       threshold=f"{OOM_BANDS[0][0]:g} / {OOM_BANDS[1][0]:g} / {OOM_BANDS[2][0]:g} % of capacity",
