@@ -119,7 +119,8 @@ def test_a_frame_the_summaries_lack_is_computed_from_the_trace(cached):
     rank's trace, read again (``Context.missed`` says which), with the frames it needs computed
     there too, never from the summaries' compacted ones."""
     from workbench.analysis.frames import Frame
-    from workbench.diagnose.efficiency import EFFICIENCY_IN_STEPS, SAVED_OPTIMIZER
+    from workbench.diagnose.efficiency import EFFICIENCY_IN_STEPS
+    from workbench.diagnose.rules.unfused_optimizer import SAVED_OPTIMIZER
 
     path, _, want = cached["gpu"]
     a = analyze_run(path, workers=1)

@@ -14,10 +14,10 @@ from workbench.pipeline.result import ModelInfo
 from workbench.present.figures import kernel_class_bar, mfu_per_step
 from workbench.ui import state, widgets
 from workbench.present import summary
+from workbench.diagnose.registry import group_ids
 
-# The rules of workbench.diagnose.efficiency, shown here with their evidence.
-EFFICIENCY_RULES = ("low_mfu", "fp32_matmul", "unfused_elementwise", "unfused_optimizer", "attention_math",
-                    "layout_conversion", "stale_gemm_kernels")
+# The diagnoses of the rules in the registry's "efficiency" group, shown here with their evidence.
+EFFICIENCY_RULES = group_ids("efficiency")
 TOP_KERNELS = 20
 
 
