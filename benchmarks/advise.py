@@ -38,13 +38,12 @@ def measured(run: str) -> tuple[float, float]:
 
 def main() -> int:
     from workbench.calibration.alternatives import RunCase, alternatives, run_case
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.pipeline import analyze
 
     print("| run | finding | the planner's first alternative | predicted step (ms) | measured | error | predicted peak (GiB) | measured | error |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for run, finding, goal, twin in PAIRS:
-        doc = json.loads(json.dumps(analyze_run(TRACES / run).to_json(), default=str))
-        case: RunCase | None = run_case(TRACES / run, doc)
+        case: RunCase | None = run_case(TRACES / run, analyze(TRACES / run).result)
         a = alternatives(case, goal)[0]
         step, peak = measured(twin)
         print(f"| `{run}` | {finding} | {a.change} | {a.step_ms:,.0f} | {step:,.0f} | {100 * (a.step_ms / step - 1):+.1f} % "

@@ -8,7 +8,8 @@ import workbench
 
 def test_public_api_is_pinned():
     assert sorted(workbench.__all__) == sorted([
-        "Analysis", "Run", "TraceError", "WorkbenchError", "analyze_run", "find_runs", "load_run", "__version__",
+        "AnalysedRun", "Analysis", "Options", "Result", "Run", "TraceError", "WorkbenchError", "analyze", "analyze_run",
+        "find_runs", "load_run", "__version__",
     ])
     for name in workbench.__all__:
         assert hasattr(workbench, name)

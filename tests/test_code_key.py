@@ -34,7 +34,7 @@ def test_an_edited_threshold_changes_the_cached_verdict(tmp_path):
     assert "dataloader_stall" in {d["id"] for d in first["diagnoses"]}
     assert list(cache.glob("*/analysis.json")), "the first analysis must fill the cache"
 
-    rule = pkg / "workbench" / "diagnose" / "dataloader.py"
+    rule = pkg / "workbench" / "diagnose" / "rules" / "dataloader_stall.py"
     text = rule.read_text()
     for name, pct in (("INFO_PCT", 95.0), ("WARNING_PCT", 96.0), ("CRITICAL_PCT", 97.0)):
         text, n = re.subn(rf"^{name} = [0-9.]+$", f"{name} = {pct}", text, flags=re.M)

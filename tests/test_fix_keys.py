@@ -14,12 +14,12 @@ def engine_keys() -> set[str]:
 
 
 def fix_lists() -> dict[str, list[str]]:
-    """The literal `fix=[...]` lists passed to Diagnosis(...) in workbench/diagnose/*.py."""
+    """The literal `fix=[...]` lists passed to Diagnosis(...) in workbench/diagnose/ (the rules and their helpers)."""
     found = {}
-    for f in sorted((ROOT / "workbench/diagnose").glob("*.py")):
+    for f in sorted((ROOT / "workbench/diagnose").rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.keyword) and node.arg == "fix" and isinstance(node.value, ast.List):
-                found[f"{f.name}:{node.value.lineno}"] = [ast.literal_eval(e) for e in node.value.elts]
+                found[f"{f.relative_to(ROOT)}:{node.value.lineno}"] = [ast.literal_eval(e) for e in node.value.elts]
     return found
 
 

@@ -22,7 +22,7 @@ def all_frames() -> list[tuple[str, str, Frame]]:
     """(module, attribute, Frame) of every Frame a module of the analysis path defines."""
     root = Path(workbench.__file__).parent
     out = []
-    for f in sorted([*root.glob("analysis/*.py"), *root.glob("diagnose/*.py"), root / "pipeline" / "verdict.py"]):
+    for f in sorted([*root.glob("analysis/*.py"), *root.glob("diagnose/**/*.py"), root / "pipeline" / "verdict.py"]):
         name = ".".join(f.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
         mod = importlib.import_module(name)
         out += [(name, k, v) for k, v in vars(mod).items() if isinstance(v, Frame)]

@@ -6,7 +6,7 @@ package, at module level, inside functions and under ``TYPE_CHECKING`` alike (a 
 import that closes a circle only hides it until the function runs). Importing ``a.b.c`` also runs
 the packages ``a`` and ``a.b``, so those are edges too, except the importer's own packages (they
 are initialised before it whatever it imports; ``from workbench.diagnose import X`` inside
-``workbench.diagnose.gpu`` does count).
+``workbench.diagnose.rules.host_sync`` does count).
 """
 
 from __future__ import annotations

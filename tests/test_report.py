@@ -54,11 +54,12 @@ def test_report_shows_the_cli_mfu_and_plain_evidence():
     """One MFU (``efficiency.mfu_pct`` of --json) in the CLI, the app and the report; evidence as
     --json prints it (not "MFU —" on gpu_slow_data, not np.float64(…))."""
     from workbench.present.report import render
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.present.shown import shown
 
-    a = analyze_run(TRACES / "gpu_slow_data")
-    text = render(a)
-    mfu = a.to_json()["efficiency"]["mfu_pct"]
+    s = shown(TRACES / "gpu_slow_data")
+    text = render(s)
+    a = s.analysis()
+    mfu = s.result.efficiency.mfu_pct
     # 3.2 % of the recorded steps; 3.8 % of the job's step (the recorded steps ran 1.2× slower)
     assert round(mfu, 1) == 3.8 and f"MFU<b>{mfu:.1f}%</b>" in text
     assert "np.float64" not in text and "np.int64" not in text

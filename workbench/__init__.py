@@ -1,6 +1,8 @@
 """workbench: profiling and diagnostics for distributed PyTorch training.
 
-The public API (pinned by tests/test_api.py). Names load lazily: ``import workbench`` imports
+The public API (pinned by tests/test_api.py): ``workbench.analyze(path)`` is a run analysed (its
+``.result`` the typed result of ``workbench analyze --json``); ``analyze_run`` the analysis without
+the caches. Names load lazily: ``import workbench`` imports
 neither torch nor pandas, so ``workbench profile`` starts fast and runs where only torch is
 installed (a GPU box), and ``workbench analyze`` never pays for torch.
 """
@@ -10,6 +12,10 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "analyze": "workbench.pipeline",
+    "AnalysedRun": "workbench.pipeline",
+    "Options": "workbench.pipeline",
+    "Result": "workbench.pipeline.result",
     "Analysis": "workbench.pipeline.verdict",
     "analyze_run": "workbench.pipeline.verdict",
     "Run": "workbench.load",
@@ -19,7 +25,8 @@ _EXPORTS = {
     "WorkbenchError": "workbench.format.errors",
 }
 
-__all__ = ["Analysis", "Run", "TraceError", "WorkbenchError", "analyze_run", "find_runs", "load_run", "__version__"]
+__all__ = ["AnalysedRun", "Analysis", "Options", "Result", "Run", "TraceError", "WorkbenchError", "analyze", "analyze_run",
+           "find_runs", "load_run", "__version__"]
 
 
 def __getattr__(name: str):

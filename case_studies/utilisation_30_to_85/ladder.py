@@ -168,7 +168,7 @@ def rung_entry(cfg: Path, raw_cfg: dict, run_dir: Path, code: int, base: dict | 
     entry["speedup_vs_baseline"] = base["step_ms"] / step_ms
     if prev is not None:
         prev_entry, prev_analysis, prev_cfg = prev
-        cmp = compare_runs(prev_analysis, analysis).to_json()
+        cmp = compare_runs(prev_analysis.result(), analysis.result()).to_json()
         changed = changed_keys(prev_cfg, raw_cfg)
         recommended = [d for d in prev_entry["diagnoses"] if d["severity"] in ("warning", "critical")]
         followed = [d["id"] for d in recommended if any(k in d["fix"] or any(k.startswith(f + ".") for f in d["fix"]) for k in changed)]

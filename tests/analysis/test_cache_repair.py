@@ -119,7 +119,8 @@ def test_a_frame_the_summaries_lack_is_computed_from_the_trace(cached):
     rank's trace, read again (``Context.missed`` says which), with the frames it needs computed
     there too, never from the summaries' compacted ones."""
     from workbench.analysis.frames import Frame
-    from workbench.diagnose.efficiency import EFFICIENCY_IN_STEPS, SAVED_OPTIMIZER
+    from workbench.diagnose.efficiency import EFFICIENCY_IN_STEPS
+    from workbench.diagnose.rules.unfused_optimizer import SAVED_OPTIMIZER
 
     path, _, want = cached["gpu"]
     a = analyze_run(path, workers=1)
@@ -166,9 +167,9 @@ def test_a_signed_result_that_is_no_analysis_is_not_served(cached, body, capsys)
 
     path, _, want = cached["cpu"]
     analyze_run(path, workers=1)  # the summaries' cache, for write_result
-    from workbench.cli.console import analysis_doc
+    from workbench.pipeline import analyze
 
-    analysis_doc(path)  # writes analysis.json
+    analyze(path)  # writes analysis.json (a bad one is not served: analysed again)
     f = cache_dir(path) / RESULT
     doc = json.loads(f.read_text())
     assert cached_result(path) == doc["analysis"]

@@ -107,7 +107,7 @@ def test_the_main_thread_is_never_a_background_comm_thread():
 
 def test_recv_inside_a_stage_action_is_communication_and_bubble(tmp_path):
     from workbench.diagnose import Context
-    from workbench.diagnose.pipeline import pipeline_bubble
+    from workbench.diagnose.rules.pipeline_bubble import pipeline_bubble
 
     # 1000 µs step: Backward 0 (100–900) first waits 500 µs for its input, then computes 300 µs
     evs = [ev("ProfilerStep#1", 0, 1000, cat="user_annotation"),

@@ -57,7 +57,7 @@ def test_straggler_names_rank_1():
 
 def test_pipeline_bubble_is_larger_with_fewer_microbatches():
     from workbench.analysis.frames import RankFrames
-    from workbench.diagnose.pipeline import PP_BUBBLE
+    from workbench.diagnose.rules.pipeline_bubble import PP_BUBBLE
 
     def measured_bubble(run):
         """The bubble frame of each rank (whether or not the rule fires): mean share, micro-batches."""

@@ -86,7 +86,7 @@ def test_memory_fragmentation():
 def test_compare_slow_and_fixed_gpu_data():
     from workbench.pipeline.compare import compare_runs
 
-    c = compare_runs(analyze_run(TRACES / "gpu_slow_data"), analyze_run(TRACES / "gpu_fixed_data"))
+    c = compare_runs(analyze_run(TRACES / "gpu_slow_data").result(), analyze_run(TRACES / "gpu_fixed_data").result())
     # with the stall gone the fp32 GEMMs and the foreach optimizer fill the step: they matter now
     assert c.resolved == ["dataloader_stall"] and sorted(c.new) == ["fp32_matmul", "unfused_optimizer"]
     step = c.metrics.set_index("metric").loc["step_ms"]

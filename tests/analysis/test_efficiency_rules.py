@@ -1,4 +1,4 @@
-"""Efficiency rules (workbench/diagnose/efficiency.py) and the impact-weighted memory_fragmentation,
+"""Efficiency rules (workbench/diagnose/rules/, group "efficiency") and the impact-weighted memory_fragmentation,
 on committed one-H200 traces: each rule fires on a run with the problem, not on its fixed twin.
 
 Committed pairs: traces/gpu_fixed_data (fp32 MLP, foreach AdamW) vs traces/case_gpu_2_preload_shm
@@ -13,7 +13,7 @@ import pytest
 from tests.analysis.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.kernel_classes import efficiency
-from workbench.diagnose.efficiency import STALE_GEMM
+from workbench.diagnose.rules.stale_gemm_kernels import STALE_GEMM
 from workbench.pipeline.verdict import analyze_run
 
 FP32 = TRACES / "gpu_fixed_data"

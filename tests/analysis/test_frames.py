@@ -122,7 +122,7 @@ def test_clock_alignment(tmp_path):
 
 def test_pipeline_bubble_by_hand(tmp_path):
     from workbench.diagnose import Context
-    from workbench.diagnose.pipeline import pipeline_bubble
+    from workbench.diagnose.rules.pipeline_bubble import pipeline_bubble
 
     # one stage of 2, 2 micro-batches, a 1000 µs step with 400 µs of Forward/Backward: 60 % idle
     evs = [ev("ProfilerStep#1", 0, 1000, cat="user_annotation"),

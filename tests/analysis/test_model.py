@@ -182,7 +182,7 @@ def test_compare_gains_mfu_rows_and_model_tokens():
     from workbench.pipeline.compare import compare_runs
 
     a, b = analyze_run(TRACES / "plan_gpu_370m_b16"), analyze_run(TRACES / "plan_gpu_370m_b16_ac")
-    rows = compare_runs(a, b).metrics.set_index("metric")
+    rows = compare_runs(a.result(), b.result()).metrics.set_index("metric")
     assert {"mfu_pct", "hfu_pct", "tokens_per_s"} <= set(rows.index)
     step = rows.loc["steady_step_ms"]
     assert rows.loc["mfu_pct", "b"] / rows.loc["mfu_pct", "a"] == pytest.approx(step["a"] / step["b"], rel=1e-3)

@@ -55,7 +55,7 @@ def test_tokens_per_s_is_the_steady_steps_by_hand():
 
 @pytest.mark.slow  # analyzes two GPU runs (~3 s on 2 shared cores)
 def test_compare_and_the_case_study_report_the_same_tokens_per_s():
-    cmp = compare_runs(analyze_run(TRACES / "case_gpu_1_more_workers"), analyze_run(TRACES / "case_gpu_2_preload_shm")).to_json()
+    cmp = compare_runs(analyze_run(TRACES / "case_gpu_1_more_workers").result(), analyze_run(TRACES / "case_gpu_2_preload_shm").result()).to_json()
     rows = {r["metric"]: r for r in cmp["metrics"]}
     rungs = {r["rung"]: r for r in json.loads((CASE / "results_gpu.json").read_text())["rungs"]}
     table = (CASE / "RESULTS.md").read_text()

@@ -91,10 +91,9 @@ def advised(run: str) -> dict:
     import json
 
     from workbench.calibration.alternatives import advise
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.pipeline import analyze
 
-    doc = json.loads(json.dumps(analyze_run(TRACES / run).to_json(), default=str))
-    return {d["id"]: d for d in advise(doc, TRACES / run)["diagnoses"]}
+    return {d["id"]: d for d in advise(analyze(TRACES / run).result, TRACES / run).to_json()["diagnoses"]}
 
 
 def test_oom_risk_never_suggests_what_the_run_already_does():

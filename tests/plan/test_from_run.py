@@ -5,12 +5,14 @@ plan held beside what the run measured, and the alternatives on 1, 2, 4 and 8 ti
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from tests.conftest import TRACES
 from workbench.format.errors import WorkbenchError
 from workbench.calibration.from_run import run_model
+from workbench.pipeline.result import ModelInfo, Result
 from workbench.plan.layout import torch_stack
 from workbench.plan.model import PRESETS
 
@@ -21,14 +23,14 @@ def block(kind: str | None = "transformer", sources: dict | None = None, **value
                        for k, v in values.items()}}
 
 
-def doc(model: dict | None, *, world: int = 1, gpu: bool = True, step_ms: float = 1105.2, peak_gib: float = 119.99) -> dict:
+def doc(model: dict | None, *, world: int = 1, gpu: bool = True, step_ms: float = 1105.2, peak_gib: float = 119.99) -> Result:
     d = {"json_schema": "workbench.analyze/1",
          "run": {"path": "runs/x", "name": "x", "world_size": world, "device": "NVIDIA H200" if gpu else "cpu",
                  "has_gpu": gpu},
          "summary": {"step_ms": step_ms}, "metrics": {"peak_allocated_gib": peak_gib}}
     if model is not None:
         d["model"] = model
-    return d
+    return Result.from_json(d)
 
 
 # a popular trainer's Llama-3 8B on one H200: FSDP2, full recomputation, sequence 8192, batch 1
@@ -132,7 +134,7 @@ def nanogpt_doc(monkeypatch):
     from workbench.calibration import from_run
 
     real = from_run.analysis_of(RUN)
-    d = {**real, "model": real.get("model") or block(**NANOGPT)}
+    d = real if real.model.kind else replace(real, model=ModelInfo.from_json(block(**NANOGPT)))
     monkeypatch.setattr(from_run, "analysis_of", lambda run: d)
     return d
 
@@ -148,8 +150,8 @@ def test_from_run_of_a_non_engine_run(capsys, nanogpt_doc):
     assert out["global_batch"] == 48 and out["stack"] == "torch" and out["cluster"]["gpus"] == 1
     assert out["efficiencies"]["source"] == "calibrated" and out["efficiencies"]["runs"] == [str(RUN)]
     # predicted beside measured: the job's step and the allocator's peak
-    assert fr["measured"]["step_ms"] == nanogpt_doc["summary"]["step_ms"]
-    assert fr["measured"]["peak_memory_gib"] == pytest.approx(nanogpt_doc["metrics"]["peak_allocated_gib"], abs=1e-3)
+    assert fr["measured"]["step_ms"] == nanogpt_doc.summary.step_ms
+    assert fr["measured"]["peak_memory_gib"] == pytest.approx(nanogpt_doc.metrics.peak_allocated_gib, abs=1e-3)
     assert fr["predicted"]["layout_key"] == "tp=1,pp=1,dp=1,zero=0,mb=12,recompute=none,sp=0"
     assert fr["error_pct"]["step"] == pytest.approx(100 * (fr["predicted"]["step_ms"] / fr["measured"]["step_ms"] - 1), abs=0.01)
     assert abs(fr["error_pct"]["step"]) < 25  # calibrated on itself
@@ -164,7 +166,7 @@ def test_from_run_text_shows_the_run_beside_its_prediction(capsys, nanogpt_doc):
     assert main(["plan", "--from-run", str(RUN)]) == 0
     out = capsys.readouterr().out
     assert "the run nanogpt_bf16_gpu (the model inferred from its traces)" in out
-    assert "step: predicted" in out and f"measured {nanogpt_doc['summary']['step_ms']:.0f} ms" in out
+    assert "step: predicted" in out and f"measured {nanogpt_doc.summary.step_ms:.0f} ms" in out
     assert "8 GPUs:" in out and "per GPU" in out
 
 
@@ -204,11 +206,11 @@ def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_infe
 
     run = TRACES / "corpus" / "hf_trainer_gpu"
     real = from_run.analysis_of(run)
-    d = {**real, "model": block(**HF)}
-    eff = calibrate([run], docs={str(run): d})
-    e = d["efficiency"]
-    kernels = sum(c["kernels"] for c in e["classes"]) / d["summary"]["steps"]
-    step = d["metrics"].get("steady_step_ms") or d["summary"]["step_ms"]
+    d = replace(real, model=ModelInfo.from_json(block(**HF)))
+    eff = calibrate([run], results={str(run): d})
+    e = d.efficiency
+    kernels = sum(c["kernels"] for c in e.classes) / d.summary.steps
+    step = d.metrics.steady_step_ms or d.summary.step_ms
     assert eff.host_s_per_kernel == pytest.approx(step * 1e-3 / kernels, rel=1e-6)
     assert eff.kernels_per_layer == pytest.approx(kernels / 8, rel=1e-6)  # 8 layers, 1 micro-batch
     job = run_model(d, name="hf")

@@ -1,5 +1,5 @@
 """One-GPU training step with switchable efficiency problems, each with its fixed twin, to make
-real traces for the efficiency rules (workbench/diagnose/efficiency.py).
+real traces for the efficiency rules (workbench/diagnose/rules/, group "efficiency").
 
     python -m workbench profile --stop-after-profile --no-analyze --out runs/eff_fp32 \
         tests/scripts/gpu_efficiency.py --model gpt --dtype fp32 --tf32 off

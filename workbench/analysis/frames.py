@@ -6,13 +6,13 @@ function of one rank's trace (and the run's :class:`Params`: device name, memory
 computes it. A frame function receives a :class:`RankFrames` and may ask it for other frames
 (``rf[WINDOWS]``): each is computed once per rank. Rules, the ``--json`` metrics, the app and the
 report read frames through ``Context.frame(FRAME, rank)``; a rule declares the frames it reads
-(``@reads(...)`` in :mod:`workbench.diagnose.base`), and :mod:`workbench.pipeline.reduce` computes exactly
+(``@rule(id, reads=(...), …)`` in :mod:`workbench.diagnose.registry`), and :mod:`workbench.pipeline.reduce` computes exactly
 the declared ones next to each trace, in worker processes, and caches them
 (:mod:`workbench.pipeline.cache`). A frame that is not in a run's summaries is computed from the rank's
 trace, read again on demand: slower, never wrong.
 
 This module holds the frames of the analysis layer; a rule that needs a per-rank value of its own
-defines its Frame in its module (``workbench/diagnose/gpu.py``'s ``SYNC_GAPS``) with a
+defines its Frame in its module (``workbench/diagnose/rules/host_sync.py``'s ``SYNC_GAPS``) with a
 module-level function (frames travel to worker processes and Dask by reference). Names are
 unique across all frames (tests/test_frames_registry.py).
 
@@ -280,4 +280,4 @@ MODEL = Frame("model", _model, returns=dict)
 GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
 
 FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS)
-"""The analysis layer's frames (rules add their own: ``workbench.diagnose.FRAMES``)."""
+"""The analysis layer's frames (rules add their own: ``workbench.diagnose.READS``)."""

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from workbench.hardware.systems import FIT_FRACTION, Cluster, make_cluster
+from workbench.pipeline.api import Extra
+from workbench.pipeline.result import Result
 from workbench.plan.layout import RECOMPUTE, Layout, Stack, torch_stack
 from workbench.plan.memory import memory
 from workbench.plan.model import ModelSpec
@@ -250,7 +252,7 @@ def _distinct(alts: list[Alternative]) -> list[Alternative]:
     return sorted(out, key=lambda a: order[id(a)])
 
 
-def run_case(run, doc: dict | None = None) -> RunCase | None:
+def run_case(run, result: Result | None = None) -> RunCase | None:
     """The planner's view of a GPU run (``plan --from-run``'s: the engine's config, else the model
     inferred from the trace), calibrated on the run itself; None where no plan applies (a CPU run,
     a model the trace does not show: a convolutional net, a trace without shapes)."""
@@ -259,36 +261,38 @@ def run_case(run, doc: dict | None = None) -> RunCase | None:
     from workbench.calibration.from_run import run_job
 
     try:
-        job = run_job(run, doc=doc)
+        job = run_job(run, result=result)
     except WorkbenchError:
         return None
     if job.device != "cuda" or not job.device_name:
         return None
     try:
         cluster = make_cluster(job.device_name, job.gpus, min(8, job.gpus))
-        eff = calibrate([job.path], docs={job.path: job.doc} if job.doc else None)
+        eff = calibrate([job.path], results={job.path: job.result} if job.result else None)
     except WorkbenchError:
         return None
-    reserved = ((job.doc or {}).get("metrics") or {}).get("peak_reserved_gib")
+    reserved = job.result.metrics.peak_reserved_gib if job.result else None
     peak = reserved * 2**30 if isinstance(reserved, (int, float)) and reserved > 0 else job.measured_peak_bytes
     return RunCase(model=job.model, layout=job.layout, stack=job.stack, global_batch=job.global_batch, cluster=cluster,
                    efficiencies=eff, measured_step_ms=job.measured_step_ms, measured_peak_bytes=peak,
                    data_wait_ms=job.data_wait_ms or 0.0)
 
 
-def advise(doc: dict, run) -> dict:
-    """``doc`` (a ``workbench analyze --json`` document) with ``alternatives`` on every finding a plan
-    answers (:data:`ADVISED`): the planner's best changes to the run, each with its predicted step,
-    memory and headroom (:meth:`Alternative.to_json`); ``[]`` where none serves the finding's goal.
-    Findings of runs no plan applies to are left as they are."""
-    wanted = {ADVISED[d["id"]] for d in doc.get("diagnoses") or [] if d.get("id") in ADVISED}
+def advise(result: Result, run) -> Result:
+    """``result`` with ``alternatives`` on every finding a plan answers (:data:`ADVISED`): the
+    planner's best changes to the run, each with its predicted step, memory and headroom
+    (:meth:`Alternative.to_json`); ``[]`` where none serves the finding's goal. Findings of runs
+    no plan applies to are left as they are."""
+    wanted = {ADVISED[d.id] for d in result.diagnoses if d.id in ADVISED}
     if not wanted:
-        return doc
-    case = run_case(run, doc)
+        return result
+    case = run_case(run, result)
     if case is None:
-        return doc
+        return result
     found = {goal: [a.to_json() for a in alternatives(case, goal)] for goal in wanted}
-    for d in doc["diagnoses"]:
-        if d.get("id") in ADVISED:
-            d["alternatives"] = found[ADVISED[d["id"]]]
-    return doc
+    return result.with_alternatives({d.id: found[ADVISED[d.id]] for d in result.diagnoses if d.id in ADVISED})
+
+
+ALTERNATIVES = Extra("alternatives", lambda analysed: advise(analysed.result, analysed.path))
+"""The planner's answers to a run's findings, as an extra of workbench.pipeline.analyze: what the
+CLI, the app and the report show."""

@@ -1,7 +1,7 @@
 """``--calibrate RUN…``: the efficiencies the user's own runs measured replace the defaults.
 
-From each run (any number; one GPU is enough), through ``analyze_run(path).to_json()``
-(schema ``workbench.analyze/1``) and the run directory:
+From each run (any number; one GPU is enough), through its analysed result
+(``workbench.pipeline.analyze(path).result``) and the run directory:
 
 - GEMM efficiency by size: each matmul call's FLOPs over its kernels' time, bucketed by FLOPs
   per call (the analysis' declared ``gemm_calls`` frame, from the run's cached summaries: :func:`gemm_calls`);
@@ -27,6 +27,7 @@ from workbench.format.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
 from workbench.calibration.measured import data_wait_ms
 from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
+from workbench.pipeline.result import Result
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
 HOST_COPIES = ("memcpy_htod", "memcpy_dtoh")
@@ -39,15 +40,14 @@ def gemm_calls(run: str | Path) -> list[tuple[float, float]]:
     """Each matmul op's (FLOPs, seconds), all ranks: the analysis' declared ``gemm_calls`` frame,
     read from the run's cached summaries (the ones ``workbench analyze`` wrote) — no trace is read
     again when they are there."""
-    from workbench.analysis.frames import GEMM_CALLS, Params
+    from workbench.analysis.frames import GEMM_CALLS
     from workbench.pipeline.reduce import load_reduced
     from workbench.pipeline.verdict import READS
 
     r = load_reduced(run, READS)
-    params = Params.of_manifest(r.manifest)
     calls: list[tuple[float, float]] = []
     for rank, s in sorted(r.summaries.items()):
-        f = s.rank_frames(params).summary(GEMM_CALLS)
+        f = s.rank_frames(r.params).summary(GEMM_CALLS)
         calls += [(float(x), float(y)) for x, y in zip(f["flops"], f["seconds"])]
     return calls
 
@@ -105,25 +105,25 @@ def gemm_calls_in_buckets(calls: list[tuple[float, float]], per_decade: int = 4)
     return [c for c, k in zip(calls, key) if count[k] >= 2]
 
 
-def _per_step(doc: dict, classes: tuple[str, ...], *, exclude_sub: tuple[str, ...] = ()) -> float:
-    eff = doc.get("efficiency") or {}
-    steps = max(1, int(doc["summary"]["steps"] or 1)) * max(1, int(doc["run"]["world_size"] or 1))
-    return sum(c["time_ms"] for c in eff.get("classes", []) if c["class"] in classes
+def _per_step(result: Result, classes: tuple[str, ...], *, exclude_sub: tuple[str, ...] = ()) -> float:
+    eff = result.efficiency
+    steps = max(1, int(result.summary.steps or 1)) * max(1, int(result.run.world_size or 1))
+    return sum(c["time_ms"] for c in (eff.classes if eff else ()) if c["class"] in classes
                and c["subclass"] not in exclude_sub) / steps * 1e-3
 
 
-def _dominant_dtype(doc: dict) -> str:
-    mix = (doc.get("efficiency") or {}).get("dtype_flops_pct") or {}
+def _dominant_dtype(result: Result) -> str:
+    mix = result.efficiency.dtype_flops_pct if result.efficiency else {}
     return max(mix, key=mix.get) if mix else "bf16"
 
 
-def _collective_busbw(doc: dict, hosts: int) -> dict[str, float]:
+def _collective_busbw(result: Result, hosts: int) -> dict[str, float]:
     """Median bus bandwidth of the run's large collectives (bytes/s), by link."""
-    world = int(doc["run"]["world_size"] or 1)
-    if world < 2 or not doc["run"].get("has_gpu"):
+    world = int(result.run.world_size or 1)
+    if world < 2 or not result.run.has_gpu:
         return {}
     rates = []
-    for c in doc.get("collectives") or []:
+    for c in result.collectives:
         b, n, ms = c.get("bytes"), c.get("calls") or 0, c.get("total_ms") or 0
         if b and b >= MIN_COLLECTIVE_BYTES and n and ms and c["op"] in ("all_reduce", "all_gather", "reduce_scatter"):
             rates.append(bus_factor(c["op"], int(c["group_size"] or world)) * b / (ms * 1e-3 / n))
@@ -133,12 +133,12 @@ def _collective_busbw(doc: dict, hosts: int) -> dict[str, float]:
     return {"intra" if hosts <= 1 else "inter": rates[len(rates) // 2]}
 
 
-def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: dict | None = None) -> Efficiencies:
+def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results: dict | None = None) -> Efficiencies:
     """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives).
-    ``docs``: ``{str(run): its analyze --json document}`` already at hand (not analysed again)."""
+    ``results``: ``{str(run): its analysed Result}`` already at hand (else workbench.pipeline.analyze)."""
     from workbench.hardware.peaks import device_peak
     from workbench.plan.engine_runs import engine_case, read_manifest
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.pipeline import analyze
 
     if not runs:
         raise WorkbenchError("--calibrate needs at least one run directory")
@@ -152,23 +152,23 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
     busbw: dict[str, float] = {}
     used: list[str] = []
     for run in runs:
-        doc = (docs or {}).get(str(run)) or analyze_run(run).to_json()
+        res = (results or {}).get(str(run)) or analyze(run).result
         name = Path(run).name
-        e = doc.get("efficiency")
-        peak = device_peak(doc["run"].get("device"))
+        e = res.efficiency
+        peak = device_peak(res.run.device)
         # a bare trace directory (no manifest) calibrates as well: GEMMs and attention need only the traces
         man = read_manifest(run) if (Path(run) / "manifest.json").exists() else {}
-        busbw.update(_collective_busbw(doc, len(man.get("hosts") or [])))
-        if not e or not peak or not doc["run"].get("has_gpu"):
+        busbw.update(_collective_busbw(res, len(man.get("hosts") or [])))
+        if not e or not peak or not res.run.has_gpu:
             notes.append(f"{name}: no GPU kernels with a known peak — only its collectives are used")
             continue
         used.append(str(run))
-        dtype = _dominant_dtype(doc)
+        dtype = _dominant_dtype(res)
         # the share of the peak the planner times that dtype's matmuls against (timing: fp32 work
         # at the fp32 peak), so that the run's own layout is predicted back at its own rate
         for f, s in gemm_calls(run):
             calls_by_peak.append((f, s, (peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12))
-        for c in e["classes"]:
+        for c in e.classes:
             if c["class"] == "attention" and c["flops"]:
                 p = (peak.tflops.get("fp32" if dtype in ("fp32", "tf32") else dtype) or peak.tflops["bf16"]) * 1e12
                 attn[0] += c["flops"] / p
@@ -176,7 +176,7 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
         try:
             case = engine_case(run, man)
         except WorkbenchError:
-            case = _inferred_case(doc, name)
+            case = _inferred_case(res, name)
             if case is None:
                 notes.append(f"{name}: not an engine run and no model inferred from its traces — memory-bound, "
                              "optimizer and host rates stay defaults")
@@ -184,21 +184,21 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
             notes.append(f"{name}: memory-bound, optimizer and host rates against the model inferred from its traces")
         counted = counted_bytes(case)
         hbm = peak.hbm_tb_s * 1e12
-        mb_s = _per_step(doc, MEMORY_BOUND_CLASSES, exclude_sub=HOST_COPIES)
-        opt_s = _per_step(doc, ("optimizer",))
+        mb_s = _per_step(res, MEMORY_BOUND_CLASSES, exclude_sub=HOST_COPIES)
+        opt_s = _per_step(res, ("optimizer",))
         if mb_s:
             membound[0] += counted["memory_bound"]
             membound[1] += mb_s * hbm
         if opt_s:
             opt[0] += counted["optimizer"]
             opt[1] += opt_s * hbm
-        kernels = sum(c["kernels"] for c in e["classes"]) / max(1, int(doc["summary"]["steps"] or 1))
-        kernel_s = _per_step(doc, tuple({c["class"] for c in e["classes"]}), exclude_sub=HOST_COPIES)
+        kernels = sum(c["kernels"] for c in e.classes) / max(1, int(res.summary.steps or 1))
+        kernel_s = _per_step(res, tuple({c["class"] for c in e.classes}), exclude_sub=HOST_COPIES)
         # the steady (unprofiled) steps where the run has them, else the job's step; less the time
         # the loop waited on its data loader (not the host launching kernels: a stalled loader
         # would otherwise pass for a slow host and follow every alternative)
-        steady = (doc.get("metrics") or {}).get("steady_step_ms") or (doc.get("summary") or {}).get("step_ms")
-        wait = data_wait_ms(doc)
+        steady = res.metrics.steady_step_ms or res.summary.step_ms
+        wait = data_wait_ms(res)
         if steady and wait:
             steady = max(0.0, steady - wait)
         # per block and micro-batch as timing counts them: a fully recomputing run's kernels
@@ -250,13 +250,13 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, docs: di
     return replace(eff, source="calibrated", runs=tuple(str(r) for r in runs), notes=tuple(notes))
 
 
-def _inferred_case(doc: dict, name: str):
+def _inferred_case(result: Result, name: str):
     """The run as the planner sees it from the analysis' inferred model (workbench.calibration.from_run),
     or None when there is none to plan."""
     from workbench.calibration.from_run import run_model
 
     try:
-        return run_model(doc, name=name)
+        return run_model(result, name=name)
     except WorkbenchError:
         return None
 

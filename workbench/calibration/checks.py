@@ -116,16 +116,16 @@ def memory_checks(root: Path = TRACES) -> list[Check]:
 def comm_checks(root: Path = TRACES) -> list[Check]:
     from workbench.plan.comm import collectives
     from workbench.hardware.systems import make_cluster
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.pipeline import analyze
 
     out = []
     for name in CPU_RUNS:
         case = engine_case(root / name)
-        doc = analyze_run(root / name).to_json()
+        res = analyze(root / name).result
         cluster = make_cluster("H100", case.world)  # the links do not change the volume
         for rank in range(case.world):
             pred = collectives(case.model, case.layout, case.stack, case.global_batch, cluster, stage_of_rank(case, rank))
-            measured = sum(c["bytes_per_step"] or 0 for c in doc["collectives"] if c["rank"] == rank)
+            measured = sum(c["bytes_per_step"] or 0 for c in res.collectives if c["rank"] == rank)
             ops = sorted({c.op for c in pred})
             out.append(Check(run=name, rank=rank, layout=case.layout.key(), what="collective bytes per step",
                              measured=measured, predicted=sum(c.bytes_per_step for c in pred), goal=COMM_GOAL,
@@ -137,7 +137,7 @@ def time_checks(root: Path = TRACES) -> list[Check]:
     from workbench.calibration.calibrate import calibrate
     from workbench.hardware.systems import make_cluster
     from workbench.plan.timing import step_time
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.pipeline import analyze
 
     out, cache = [], {}
     for target, cal in time_pairs(root):
@@ -146,7 +146,7 @@ def time_checks(root: Path = TRACES) -> list[Check]:
         case = engine_case(root / target)
         t = step_time(case.model, case.layout, case.stack, case.global_batch,
                       make_cluster(case.device_name or "H200", case.world), cache[cal])
-        measured = analyze_run(root / target).to_json()["metrics"]["steady_step_ms"]
+        measured = analyze(root / target).result.metrics.steady_step_ms
         out.append(Check(run=target, rank=None, layout=case.layout.key(), what=f"steady step (ms), calibrated on {cal}",
                          measured=measured, predicted=t.step_s * 1e3, goal=TIME_GOAL,
                          detail=f"GEMM {t.gemm_s * 1e3:.1f} + attention {t.attention_s * 1e3:.1f} + memory-bound "

@@ -43,7 +43,7 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
     from workbench.calibration.measured import max_allocated_bytes
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.plan_file import check_plan, job_mismatches
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.pipeline import analyze
 
     check_plan(plan_doc)
     if not plan_doc.get("plans"):
@@ -51,29 +51,30 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
     plan = plan_doc["plans"][0]
     if plan.get("time") is None:
         raise WorkbenchError(f"the plan's layout {plan['layout_key']} was not timed ({plan.get('problem') or 'it does not fit'})")
-    doc = analyze_run(run).to_json()
+    res = analyze(run).result
     man = read_manifest(run)
     try:
         case = engine_case(run, man)
         run_layout = case.layout.key()
     except WorkbenchError:
         case, run_layout = None, None
-    mismatches = job_mismatches(plan_doc, doc, run_shape(doc, case))
+    r = res.run
+    mismatches = job_mismatches(plan_doc, {"name": r.name, "world_size": r.world_size, "has_gpu": r.has_gpu, "device": r.device},
+                                run_shape(res, case))
     if mismatches and not force:
         raise WorkbenchError(f"the plan is not for this run: {'; '.join(mismatches)} — plan the run itself "
                              f"(workbench plan --from-run {run}) or pass --force to compare anyway")
     t, mem = plan["time"], plan["memory"]
-    metrics = doc.get("metrics") or {}
-    gpu = bool(doc["run"].get("has_gpu"))
+    metrics = res.metrics
+    gpu = r.has_gpu
     rows = []
     if gpu:  # a gloo (CPU) run's time says nothing about the GPUs the plan is for
-        rows += [_row("steady step", "ms", t["step_ms"], metrics.get("steady_step_ms")),
-                 _row("tokens/s", "tokens/s", t["tokens_per_s"], metrics.get("tokens_per_s"))]
-    device = doc["run"].get("device")
-    peak = peak_flops(device)
+        rows += [_row("steady step", "ms", t["step_ms"], metrics.steady_step_ms),
+                 _row("tokens/s", "tokens/s", t["tokens_per_s"], metrics.tokens_per_s)]
+    peak = peak_flops(r.device)
     fpt = (man.get("config") or {}).get("flops_per_token") or plan_doc["model"]["model_flops_per_token"]
-    if gpu and peak and metrics.get("tokens_per_s"):
-        rows.append(_row("MFU", "%", 100 * t["mfu"], 100 * metrics["tokens_per_s"] * fpt / (doc["run"]["world_size"] * peak)))
+    if gpu and peak and metrics.tokens_per_s:
+        rows.append(_row("MFU", "%", 100 * t["mfu"], 100 * metrics.tokens_per_s * fpt / (r.world_size * peak)))
     if gpu:
         rows.append(_row("peak memory per GPU", "GiB", mem["total_gib"], (max_allocated_bytes(Path(run)) or 0) / 2**30 or None))
     else:
@@ -83,25 +84,25 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
         measured = sorted(per)[len(per) // 2] / 2**30 if per else None
         rows.append(_row("one step's allocations (rank 0)", "GiB", mem["transient_gib"], measured))
     pred_bytes = sum(c["bytes_per_step"] for c in plan.get("collectives") or [])
-    meas_bytes = sum(c["bytes_per_step"] or 0 for c in doc.get("collectives") or [] if c["rank"] == 0)
+    meas_bytes = sum(c["bytes_per_step"] or 0 for c in res.collectives if c["rank"] == 0)
     if pred_bytes or meas_bytes:
         rows.append(_row("collective bytes per step (rank 0)", "MB", pred_bytes / 1e6, meas_bytes / 1e6 or None))
     exposed = t["tp_comm_ms"] + t["pp_comm_ms"] + t["dp_exposed_ms"]
-    if gpu and metrics.get("exposed_comm_pct") is not None and metrics.get("step_ms"):
-        rows.append(_row("exposed communication", "% of step", 100 * exposed / t["step_ms"], metrics["exposed_comm_pct"]))
+    if gpu and metrics.exposed_comm_pct is not None and metrics.step_ms:
+        rows.append(_row("exposed communication", "% of step", 100 * exposed / t["step_ms"], metrics.exposed_comm_pct))
     return {"json_schema": JSON_SCHEMA, "run": str(run), "plan_layout": plan["layout_key"], "run_layout": run_layout,
             "layout_matches": None if run_layout is None else run_layout == plan["layout_key"],
             "efficiencies": plan_doc["efficiencies"]["source"], "rows": rows, "mismatches": mismatches}
 
 
-def run_shape(doc: dict, case) -> dict | None:
+def run_shape(result, case) -> dict | None:
     """The run's model as far as known: an engine run's config (exact), else the model the
-    analysis inferred (``doc["model"]``), else None."""
+    analysis inferred (``result.model``), else None."""
     if case is not None:
         return {"layers": case.model.layers, "hidden": case.model.hidden, "params": case.model.params()}
     from workbench.calibration.from_run import inferred_fields
 
-    f = inferred_fields(doc)
+    f = inferred_fields(result)
     shape = {"layers": f.get("layers"), "hidden": f.get("hidden"), "params": f.get("params_total")}
     return shape if any(shape.values()) else None
 

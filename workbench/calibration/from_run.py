@@ -27,6 +27,7 @@ from workbench.format.errors import WorkbenchError
 from workbench.plan.layout import Layout, Stack, torch_stack
 from workbench.calibration.measured import data_wait_ms, job_step_ms, measured_of, peak_allocated_bytes
 from workbench.plan.model import ModelSpec
+from workbench.pipeline.result import Result
 
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 """Fields without which there is no transformer to plan (the rest have defaults)."""
@@ -43,14 +44,10 @@ OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "lion": 4, "sgd": 4, "adafactor"
 factored second moment (about one)."""
 
 
-def inferred_fields(doc: dict) -> dict:
-    """``{name: value}`` of the analysis' inferred model (``doc["model"]["fields"]``), the fields
-    with a value only; {} when the analysis inferred none (or predates the block)."""
-    model = doc.get("model") if isinstance(doc, dict) else None
-    fields = model.get("fields") if isinstance(model, dict) else None
-    if not isinstance(fields, dict):
-        return {}
-    return {k: f["value"] for k, f in fields.items() if isinstance(f, dict) and f.get("value") is not None}
+def inferred_fields(result: Result) -> dict:
+    """``{name: value}`` of the analysis' inferred model (``result.model.fields``), the fields
+    with a value only; {} when the analysis inferred none."""
+    return {k: f["value"] for k, f in result.model.fields.items() if isinstance(f, dict) and f.get("value") is not None}
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -82,8 +79,8 @@ class RunJob:
     """What the traces did not say and was assumed, one line each."""
     source: str = "traces"
     """manifest (an engine run's config) | traces (the inferred model) | MODEL (given, the rest inferred)."""
-    doc: dict | None = field(default=None, repr=False, compare=False)
-    """The run's analyze --json document, when it was read (GPU runs)."""
+    result: Result | None = field(default=None, repr=False, compare=False)
+    """The run's analysed result, when it was read (GPU runs)."""
 
     @property
     def world(self) -> int:
@@ -101,10 +98,10 @@ class RunJob:
 
 
 def run_job(run: str | Path, *, model: str | None = None, global_batch: int | None = None,
-            doc: dict | None = None) -> RunJob:
+            result: Result | None = None) -> RunJob:
     """What ``run`` ran: an engine run's manifest config exactly, else the model its analysis
-    inferred (``model``: a MODEL argument that replaces the inferred shape). ``doc``: the run's
-    analysis when the caller has it (else it is read from the cache or analysed)."""
+    inferred (``model``: a MODEL argument that replaces the inferred shape). ``result``: the run's
+    analysis when the caller has it (else :func:`analysis_of`)."""
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.plan.model import model_spec
 
@@ -115,18 +112,18 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
     if "model" in cfg and "parallel" in cfg:
         case = engine_case(p, man)
-        doc = (doc or analysis_of(p)) if case.device == "cuda" else None
-        step, peak = measured_of(doc, p) if doc else (None, None)
+        result = (result or analysis_of(p)) if case.device == "cuda" else None
+        step, peak = measured_of(result, p) if result else (None, None)
         return RunJob(name=case.name, path=str(run), model=case.model, layout=case.layout,
                       global_batch=case.global_batch, stack=case.stack, dtype=case.stack.dtype, gpus=case.world,
                       device=case.device, device_name=case.device_name, measured_step_ms=step,
-                      measured_peak_bytes=peak, data_wait_ms=data_wait_ms(doc) if doc else 0.0, source="manifest",
-                      doc=doc)
-    doc = doc or analysis_of(p)
-    job = run_model(doc, name=p.name, model=model_spec(model) if model else None, global_batch=global_batch)
-    step, peak = measured_of(doc, p)
-    return replace(job, path=str(run), measured_step_ms=step, measured_peak_bytes=peak, data_wait_ms=data_wait_ms(doc),
-                   source="MODEL" if model else "traces", doc=doc)
+                      measured_peak_bytes=peak, data_wait_ms=data_wait_ms(result) if result else 0.0, source="manifest",
+                      result=result)
+    result = result or analysis_of(p)
+    job = run_model(result, name=p.name, model=model_spec(model) if model else None, global_batch=global_batch)
+    step, peak = measured_of(result, p)
+    return replace(job, path=str(run), measured_step_ms=step, measured_peak_bytes=peak, data_wait_ms=data_wait_ms(result),
+                   source="MODEL" if model else "traces", result=result)
 
 
 def _int(fields: dict, name: str) -> int | None:
@@ -156,17 +153,16 @@ def _closest_shape(f: dict, params_total: int | None) -> tuple[dict, str]:
     return best, f"the nearest to the run's {params_total:,} parameters ({100 * err / params_total:.2f} % off)"
 
 
-def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = None,
+def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None = None,
               global_batch: int | None = None) -> RunJob:
-    """The planner's view of a run from its ``workbench analyze --json`` document ``doc``: model,
-    layout, batch, recomputation, dtype and stack from ``doc["model"]``, GPU and GPU count from
-    ``doc["run"]``. ``model`` (the MODEL argument) replaces the inferred shape; ``global_batch``
-    (``--global-batch``) the inferred batch. WorkbenchError naming the missing fields otherwise."""
-    block = doc.get("model") if isinstance(doc.get("model"), dict) else {}
-    full = block.get("fields") if isinstance(block.get("fields"), dict) else {}
-    f = inferred_fields(doc)
-    kind = block.get("kind")
-    run = doc.get("run") or {}
+    """The planner's view of a run from its analysed result: model, layout, batch, recomputation,
+    dtype and stack from ``result.model``, GPU and GPU count from ``result.run``. ``model`` (the
+    MODEL argument) replaces the inferred shape; ``global_batch`` (``--global-batch``) the inferred
+    batch. WorkbenchError naming the missing fields otherwise."""
+    full = result.model.fields
+    f = inferred_fields(result)
+    kind = result.model.kind
+    run = result.run
     assumed: list[str] = []
     taken: dict = {}
     if model is None:
@@ -177,9 +173,9 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
                     else "its model could not be inferred from the traces" if not f
                     else f"its traces do not say the model's {', '.join(missing)}")
             # the block exists but is empty: the traces hold no shapes to infer from
-            hint = " (record the trace with record_shapes=True)" if ("model" in doc and not f) else ""
+            hint = " (record the trace with record_shapes=True)" if not f else ""
             raise WorkbenchError(f"{name}: {what}{hint}; give the model as MODEL: "
-                                 f"workbench plan L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1] --from-run {doc.get('run', {}).get('path', 'RUN')}")
+                                 f"workbench plan L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1] --from-run {run.path or 'RUN'}")
         shape = {k: _int(f, k) for k in ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads")}
         shape = {k: v for k, v in shape.items() if v is not None}
         shape.update({k: bool(f[k]) for k in ("gated", "tied") if isinstance(f.get(k), bool)})
@@ -189,7 +185,7 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
         norms = "weight and bias" if extra["norm"] == "layernorm" else "weight only"
         assumed.append(f"position table {'learned' if extra['learned_pos'] else 'none (rotary)'}, "
                        f"biases {'yes' if extra['bias'] else 'no'}, norms with {norms}: {how}")
-    world = int(run.get("world_size") or 1)
+    world = int(run.world_size or 1)
     lay = f.get("layout") if isinstance(f.get("layout"), dict) else {}
     tp, pp = (_int(lay, k) or 1 for k in ("tp", "pp"))
     if world % (tp * pp):
@@ -226,7 +222,7 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
         mb = max(1, global_batch // dp)
     dtype = DTYPES.get(str(f.get("dtype")), None)
     if dtype is None:
-        dtype = "bf16" if run.get("has_gpu") else "fp32"
+        dtype = "bf16" if run.has_gpu else "fp32"
         assumed.append(f"dtype not inferred: {dtype}")
     else:
         taken["dtype"] = full["dtype"]
@@ -245,26 +241,18 @@ def run_model(doc: dict, *, name: str = "the run", model: ModelSpec | None = Non
     if zero <= 1 and not ddp:
         stack = replace(stack, ddp_bucket_copy=False)
         assumed.append("no DistributedDataParallel in the traces: no gradient buckets beside .grad")
-    gpu = bool(run.get("has_gpu"))
-    return RunJob(name=name, path=str(run.get("path") or name), model=model, layout=layout, global_batch=global_batch,
+    gpu = bool(run.has_gpu)
+    return RunJob(name=name, path=str(run.path or name), model=model, layout=layout, global_batch=global_batch,
                   stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
-                  device_name=run.get("device") if gpu else None, measured_step_ms=job_step_ms(doc),
-                  measured_peak_bytes=peak_allocated_bytes(doc), taken=taken, assumed=tuple(assumed))
+                  device_name=run.device if gpu else None, measured_step_ms=job_step_ms(result),
+                  measured_peak_bytes=peak_allocated_bytes(result), taken=taken, assumed=tuple(assumed))
 
 
-def analysis_of(run: str | Path) -> dict:
-    """The run's ``workbench analyze --json`` document: the cached one when nothing changed, else
-    analysed (and cached, as ``workbench analyze`` does)."""
-    import json
+def analysis_of(run: str | Path) -> Result:
+    """The run's analysed result (workbench.pipeline.analyze: the cached one when nothing changed)."""
+    from workbench.pipeline import analyze
 
-    from workbench.pipeline import cache as result_cache
-    from workbench.pipeline.verdict import analyze_run
-
-    doc = result_cache.cached_result(run)
-    if doc is None:
-        doc = json.loads(json.dumps(analyze_run(run).to_json(), default=str))
-        result_cache.write_result(run, doc)
-    return doc
+    return analyze(run).result
 
 
 def _pct(pred: float | None, meas: float | None) -> float | None:

@@ -1,6 +1,6 @@
 """What a run measured, as the planner holds its predictions against it: the job's step, the
-loop's wait on its data loader, the allocator's peak. Read from the run's ``workbench analyze
---json`` document and, for the peak of runs recorded without memory events, its steps CSVs.
+loop's wait on its data loader, the allocator's peak. Read from the run's analysed result
+(workbench.pipeline.result.Result) and, for the peak of runs recorded without memory events, its steps CSVs.
 
 The floor of the planner's run-reading modules (calibration, ``--from-run``, the checks, compare
 against a plan all import it; it imports none of them).
@@ -12,26 +12,28 @@ import csv
 import math
 from pathlib import Path
 
+from workbench.pipeline.result import Result
+
 
 def _positive(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
 
 
-def job_step_ms(doc: dict) -> float | None:
+def job_step_ms(result: Result) -> float | None:
     """The job's step (``summary.step_ms``: the unprofiled steps where the run has them)."""
-    return _positive((doc.get("summary") or {}).get("step_ms"))
+    return _positive(result.summary.step_ms)
 
 
-def data_wait_ms(doc: dict) -> float:
+def data_wait_ms(result: Result) -> float:
     """Mean time per step the job's loop waited on its data loader (``summary.job``), 0 if none said."""
-    job = [j for j in ((doc.get("summary") or {}).get("job") or []) if isinstance(j, dict)]
+    job = [j for j in (result.summary.job or ()) if isinstance(j, dict)]
     waits = [float(j["data_wait_ms"]) for j in job if _positive(j.get("data_wait_ms")) is not None]
     return sum(waits) / len(waits) if waits else 0.0
 
 
-def peak_allocated_bytes(doc: dict) -> float | None:
+def peak_allocated_bytes(result: Result) -> float | None:
     """The allocator's peak allocated bytes the analysis found (``metrics.peak_allocated_gib``)."""
-    v = _positive((doc.get("metrics") or {}).get("peak_allocated_gib"))
+    v = _positive(result.metrics.peak_allocated_gib)
     return None if v is None else v * 2**30
 
 
@@ -50,10 +52,10 @@ def max_allocated_bytes(run: str | Path) -> float:
     return best
 
 
-def measured_of(doc: dict, run: str | Path) -> tuple[float | None, float | None]:
+def measured_of(result: Result, run: str | Path) -> tuple[float | None, float | None]:
     """The job's step and the allocator's peak of an analysed run (the steps CSVs' peak when the
     analysis has none: runs recorded without memory events)."""
-    peak = peak_allocated_bytes(doc)
-    if peak is None and (doc.get("run") or {}).get("has_gpu"):
+    peak = peak_allocated_bytes(result)
+    if peak is None and result.run.has_gpu:
         peak = max_allocated_bytes(run) or None
-    return job_step_ms(doc), peak
+    return job_step_ms(result), peak

@@ -69,6 +69,6 @@ def _self_calibrated(job):
     from workbench.plan.timing import Efficiencies
 
     try:
-        return calibrate([job.path], docs={job.path: job.doc} if job.doc else None)
+        return calibrate([job.path], results={job.path: job.result} if job.result else None)
     except WorkbenchError as e:
         return replace(Efficiencies(), notes=(f"calibration on the run failed ({e}): stated defaults",))

@@ -72,15 +72,15 @@ def _arguments(an: argparse.ArgumentParser) -> None:
                      "tensorboard_trace_handler's, HTA's, export_chrome_trace's; one per rank) or one trace.",
          examples=EXAMPLES, arguments=_arguments)
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from workbench.cli.console import analysis_doc, print_analysis
+    from workbench.cli.console import analysed, print_analysis
     from workbench.hardware.devices import peak_spec
 
     # a run opened before (same traces, CSVs, manifest and workbench code) prints from the cache
-    doc = analysis_doc(args.path, workers=args.workers, cache=not args.no_cache, executor=args.executor, bar=not args.json,
-                       peak=peak_spec(args.peak_tflops, args.peak_dtype))
+    result = analysed(args.path, workers=args.workers, cache=not args.no_cache, executor=args.executor, bar=not args.json,
+                      peak=peak_spec(args.peak_tflops, args.peak_dtype)).result
     if args.json:
-        json.dump(doc, sys.stdout, indent=2, default=str)
+        json.dump(result.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        print_analysis(doc)
+        print_analysis(result)
     return 0

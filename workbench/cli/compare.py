@@ -34,9 +34,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if is_plan_file(args.b):  # `workbench compare RUN PLAN.json`: the run against its plan
         return cmd_compare_plan(args)
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.cli.console import analysed
 
-    cmp = compare_runs(analyze_run(args.a), analyze_run(args.b))
+    cmp = compare_runs(analysed(args.a).result, analysed(args.b).result)
     if args.json:
         json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -8,11 +8,9 @@ own output has passed through untouched, then the verdict of the run follows on 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable
 
 from workbench.format.errors import WorkbenchError
 
@@ -42,99 +40,93 @@ def error(text: str) -> None:
     print(f"workbench: error: {text}", file=sys.stderr)
 
 
-def analysis_doc(path: Path | str, *, workers: int | None = None, cache: bool = True, executor: str | None = None,
-                 bar: bool = False, peak: str | None = None) -> dict:
-    """The ``workbench analyze --json`` document of a run: the cached one when nothing it was made
-    from changed (read without importing pandas), else analysed (a progress bar on stderr with
-    ``bar``) and cached. ``peak``: a user's peak (workbench.hardware.devices.peak_spec): it changes the
-    figures, so the cache is neither read nor written."""
-    from workbench.pipeline import cache as result_cache
+def analysed(path: Path | str, *, workers: int | None = None, cache: bool = True, executor: str | None = None,
+             bar: bool = False, peak: str | None = None):
+    """The run as every command shows it (workbench.present.shown: workbench.pipeline.analyze with the
+    planner's answers to its findings): the cached result when nothing it was made from changed (read without
+    importing pandas), else analysed (a progress bar on stderr with ``bar``) and cached. ``peak``:
+    a user's peak (workbench.hardware.devices.peak_spec): it changes the figures, so the result
+    cache is neither read nor written."""
+    from workbench.pipeline import Options
+    from workbench.present.shown import shown
 
-    cache = cache and not peak
+    options = Options(workers=workers, cache=cache, executor=executor, peak=peak)
+    if not bar:
+        return shown(path, options)
+    from rich.progress import Progress
 
-    doc = result_cache.cached_result(path) if cache else None
-    if doc is not None:
-        return doc
-    from workbench.pipeline.verdict import analyze_run
-
-    def run(progress: Callable | None = None) -> dict:
-        from workbench.calibration.alternatives import advise
-
-        a = analyze_run(path, progress=progress, workers=workers, cache=cache, executor=executor, peak=peak)
-        doc = json.loads(json.dumps(a.to_json(), default=str))  # as printed, and as cached
-        # the findings a plan answers get the planner's alternatives, calibrated on this run
-        return advise(doc, path)
-
-    if bar:
-        from rich.progress import Progress
-
-        with Progress(console=err(), transient=True) as p:
-            task = p.add_task("reducing traces", total=None)
-            doc = run(lambda done, total, f: p.update(task, total=total, completed=done, description=f"reduced {Path(f).name}"))
-    else:
-        doc = run()
-    if cache:
-        result_cache.write_result(path, doc)
-    return doc
+    with Progress(console=err(), transient=True) as p:
+        task = p.add_task("reducing traces", total=None)
+        return shown(path, options, lambda done, total, f: p.update(task, total=total, completed=done,
+                                                                    description=f"reduced {Path(f).name}"))
 
 
-def print_analysis(doc: dict, con=None) -> None:
-    """The verdict, from its ``--json`` document (fresh or cached), on stdout (or ``con``)."""
+def analysis_doc(path: Path | str, **kw) -> dict:
+    """The ``workbench analyze --json`` document of a run (:func:`analysed`'s result)."""
+    return analysed(path, **kw).result.to_json()
+
+
+def print_analysis(result, con=None) -> None:
+    """The verdict, from the run's result (workbench.pipeline.result.Result, or its ``--json``
+    document), on stdout (or ``con``)."""
     from rich.table import Table
 
+    from workbench.pipeline.result import Result
+
+    r = result if isinstance(result, Result) else Result.from_json(result)
     con = con or out()
-    run, summary = doc["run"], doc["summary"]
-    categories = list(summary["breakdown_pct"])
-    con.print(f"[bold]{run['name']}[/]: {run['world_size']} rank(s), {run['device'] or 'unknown device'}, "
-              f"{summary['steps']} profiled step(s)")
-    for w in run["warnings"]:
+    run, summary = r.run, r.summary
+    categories = list(summary.breakdown_pct)
+    con.print(f"[bold]{run.name}[/]: {run.world_size} rank(s), {run.device or 'unknown device'}, "
+              f"{summary.steps} profiled step(s)")
+    for w in run.warnings:
         con.print(f"[yellow]warning:[/] {w}")
-    covered = summary.get("steps_covered")
+    covered = summary.steps_covered
     title = "mean per step (ms)" + (f" — {covered}" if covered and covered.startswith("the job") else ", profiled steps")
     t = Table(title=title, title_justify="left")
     t.add_column("rank", justify="right")
     t.add_column("step", justify="right")
     for c in categories:
         t.add_column(c, justify="right")
-    for row in summary["per_rank"]:
+    for row in summary.per_rank:
         t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
                   *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
     con.print(t)
-    if summary.get("note"):  # the recorded steps were not the job's
-        con.print(f"[cyan]note:[/] {summary['note']}")
+    if summary.note:  # the recorded steps were not the job's
+        con.print(f"[cyan]note:[/] {summary.note}")
     from workbench.format.overhead import describe
 
-    if line := describe(summary.get("capture_overhead")):
+    if line := describe(summary.capture_overhead):
         con.print(f"[dim]{line}[/]")
-    ahead = summary.get("host_ahead")
+    ahead = summary.host_ahead
     if ahead:
         con.print(f"[cyan]note:[/] host_ahead: the GPU took {ahead['device_step_ms']:.1f} ms per step, the host "
                   f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
                   f"the loop); step times above are the GPU's")
-    for d in doc["diagnoses"]:
-        con.print(f"[{COLOURS[d['severity']]}]{d['severity'].upper():8}[/] [bold]{d['id']}[/]: {d['title']}")
-        con.print(f"         fix: {d['recommendation']}")
-        gain = d["estimated_gain"]
+    for d in r.diagnoses:
+        con.print(f"[{COLOURS[d.severity]}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {d.title}")
+        con.print(f"         fix: {d.recommendation}")
+        gain = d.estimated_gain
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
         elif gain.get("protects"):
             con.print(f"         protects: {gain['protects']}")
-        for alt in (d.get("alternatives") or [])[:ALTERNATIVES_SHOWN]:
+        for alt in (d.alternatives or ())[:ALTERNATIVES_SHOWN]:
             con.print(f"         planner: {alternative_line(alt)}")
-        if d.get("alternatives") == []:
+        if d.alternatives == ():
             con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
                       "or nothing beats the run by 3 %)")
-    _print_model(doc.get("model"), doc.get("metrics") or {}, con)
-    _print_efficiency(doc.get("efficiency"), con)
-    con.print(f"[bold]verdict:[/] {doc['verdict']}")
+    _print_model(r.model, r.metrics, con)
+    _print_efficiency(r.efficiency, con)
+    con.print(f"[bold]verdict:[/] {r.verdict}")
 
 
-def _print_model(model: dict | None, metrics: dict, con) -> None:
+def _print_model(model, metrics, con) -> None:
     """One line: the model the trace shows (analysis.model), and the job's tokens/s."""
-    if not model or not model.get("kind"):
+    if not model.kind:
         return
-    f = {k: v["value"] for k, v in model["fields"].items() if v.get("value") is not None}
-    parts = [model["kind"]]
+    f = {k: v["value"] for k, v in model.fields.items() if v.get("value") is not None}
+    parts = [model.kind]
     if f.get("params_total"):
         parts.append(f"{f['params_total'] / 1e6:,.1f}M parameters")
     shape = [f"{k} {f[k]}" for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq") if k in f]
@@ -153,8 +145,8 @@ def _print_model(model: dict | None, metrics: dict, con) -> None:
         parts.append(f"dp {lay['dp']} tp {lay['tp']} pp {lay['pp']}" + (f" ZeRO-{lay['zero']}" if lay.get("zero") else "")
                      + (" FSDP" if lay.get("fsdp") else ""))
     con.print(f"[bold]model:[/] {', '.join(parts)}")
-    if metrics.get("tokens_per_s"):
-        con.print(f"  tokens/s: {metrics['tokens_per_s']:,.0f}")
+    if metrics.tokens_per_s:
+        con.print(f"  tokens/s: {metrics.tokens_per_s:,.0f}")
 
 
 ALTERNATIVES_SHOWN = 2
@@ -168,33 +160,33 @@ def alternative_line(a: dict) -> str:
             f"{a['step_ms']:,.0f} ms per step ({a['speedup']:.2f}x{per})")
 
 
-def _print_efficiency(eff: dict | None, con, top: int = 6) -> None:
+def _print_efficiency(eff, con, top: int = 6) -> None:
     """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes)."""
     if not eff:
         return
-    mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
-    mfu = f"MFU {eff['mfu_pct']:.1f}%" if eff["mfu_pct"] is not None else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
-    if eff["mfu_bf16_pct"] is not None and eff["mfu_bf16_pct"] != eff["mfu_pct"]:
-        mfu += f" ({eff['mfu_bf16_pct']:.1f}% of the bf16 peak)"
-    if eff.get("hfu_pct") is not None and eff.get("mfu_source") == "model":
-        mfu += f", HFU {eff['hfu_pct']:.1f}%"
-    flops, rate = eff["flops_per_step"], eff["achieved_tflops"] * 1e12
+    mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff.dtype_flops_pct.items(), key=lambda kv: -kv[1]))
+    mfu = f"MFU {eff.mfu_pct:.1f}%" if eff.mfu_pct is not None else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
+    if eff.mfu_bf16_pct is not None and eff.mfu_bf16_pct != eff.mfu_pct:
+        mfu += f" ({eff.mfu_bf16_pct:.1f}% of the bf16 peak)"
+    if eff.hfu_pct is not None and eff.mfu_source == "model":
+        mfu += f", HFU {eff.hfu_pct:.1f}%"
+    flops, rate = eff.flops_per_step, eff.achieved_tflops * 1e12
     unit, scale = ("TFLOP", 1e12) if max(flops, rate) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
     con.print(f"[bold]efficiency:[/] {flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s, {mfu}; "
               f"FLOPs by dtype: {mix}")
-    if eff.get("mfu_source") == "model":
-        con.print(f"  MFU counts {eff['mfu_convention']}; HFU the FLOPs the trace executed")
-    if eff.get("mfu_note"):
-        con.print(f"[cyan]note:[/] {eff['mfu_note']}")
-    if eff["classes"]:
+    if eff.mfu_source == "model":
+        con.print(f"  MFU counts {eff.mfu_convention}; HFU the FLOPs the trace executed")
+    if eff.mfu_note:
+        con.print(f"[cyan]note:[/] {eff.mfu_note}")
+    if eff.classes:
         parts = []
-        for c in eff["classes"][:top]:
+        for c in eff.classes[:top]:
             peak = f", {c['pct_of_peak']:.0f}% of peak" if c["pct_of_peak"] is not None else ""
             parts.append(f"{c['class']}/{c['subclass']} {c['time_pct']:.0f}%{peak}")
         con.print(f"  kernel time: {' · '.join(parts)}")
-    if eff["other_kernels"]:
-        names = ", ".join(k["name"][:60] for k in eff["other_kernels"][:3])
-        con.print(f"  unclassified kernels ({len(eff['other_kernels'])}): {names}")
+    if eff.other_kernels:
+        names = ", ".join(k["name"][:60] for k in eff.other_kernels[:3])
+        con.print(f"  unclassified kernels ({len(eff.other_kernels)}): {names}")
 
 
 def reporting_rank() -> bool:
@@ -216,7 +208,7 @@ def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
     if not analyze:
         return code
     try:
-        print_analysis(analysis_doc(run_dir))
+        print_analysis(analysed(run_dir).result)
     except WorkbenchError as e:
         note(f"[yellow]workbench: nothing to analyze: {e}[/]")
         return code

@@ -130,6 +130,10 @@ class Context:
     def has_gpu(self) -> bool:
         return any(rf.has_gpu for rf in self.ranks.values())
 
+    def gpu_ranks(self) -> list[int]:
+        """The ranks whose traces hold GPU events."""
+        return [r for r in self.ranks if self.rank_has_gpu(r)]
+
     def step_ms(self) -> float:
         return float(self.breakdown["step_ms"].mean()) if len(self.breakdown) else 0.0
 

@@ -54,6 +54,9 @@ class Run:
     set_aside: list[Path] = field(default_factory=list)
     """Trace files found but not analysed: they cannot be one job with the rest (see
     :mod:`workbench.load.jobs`); ``warnings`` says why."""
+    params: Any = None
+    """The workbench.analysis.frames.Params the ranks' frames were computed with (set by
+    ``workbench.pipeline.reduce.load_reduced``, once per run); None for a run of full traces."""
 
     @property
     def name(self) -> str:
@@ -148,11 +151,19 @@ def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None
         if wanted is not None and rank not in wanted:
             continue
         cands.append(Candidate(rank, trace))
+    return assemble(run, cands, Path(path), wanted)
+
+
+def assemble(run: Run, cands: list[Candidate], path: Path, wanted: set[int] | None = None) -> Run:
+    """``run`` with the traces of ``cands`` that are one job as its ranks (each candidate's
+    ``trace`` a :class:`Trace`, or the summary ``workbench.pipeline.reduce`` reduced it to), then
+    :func:`finish`: what :func:`load_run` and the reducer share."""
     if note := discover.rank_by_order(cands):
         run.warnings.append(note)
     for c in one_job(run, cands):
-        run.ranks[c.rank] = RankData(rank=c.rank, trace=c.trace)
-    return finish(run, Path(path), wanted)
+        full = isinstance(c.trace, Trace)
+        run.ranks[c.rank] = RankData(rank=c.rank, trace=c.trace if full else None, summary=None if full else c.trace)
+    return finish(run, path, wanted)
 
 
 def locate(path: Path | str) -> tuple[Run, list[Path]]:

@@ -380,16 +380,22 @@ def _result_key(path: Path | str) -> tuple[Path, dict] | None:
     return run_path, json.loads(json.dumps(key))
 
 
-def cached_result(path: Path | str) -> dict | None:
+def result_file(variant: str = "") -> str:
+    """The file of a cached document: ``analysis.json``, or ``analysis+VARIANT.json`` for the
+    document with what ``variant`` names added (workbench.pipeline.api's extras)."""
+    return RESULT if not variant else RESULT.replace(".json", f"+{variant}.json")
+
+
+def cached_result(path: Path | str, variant: str = "") -> dict | None:
     """The ``workbench analyze --json`` document cached for this run when nothing it was made
-    from has changed, else None."""
+    from has changed, else None. ``variant``: see :func:`result_file`."""
     found = _result_key(path)
     if found is None:
         return None
     run_path, key = found
     target = cache_dir(run_path)
     try:
-        doc = json.loads((target / RESULT).read_text())
+        doc = json.loads((target / result_file(variant)).read_text())
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("key") != key:
@@ -407,7 +413,7 @@ def cached_result(path: Path | str) -> dict | None:
     return analysis
 
 
-def write_result(path: Path | str, analysis: dict) -> None:
+def write_result(path: Path | str, analysis: dict, variant: str = "") -> None:
     """Cache the ``--json`` document next to the summaries (best effort; only where the
     summaries were cached, so that both go when the summaries are recomputed)."""
     found = _result_key(path)
@@ -418,9 +424,10 @@ def write_result(path: Path | str, analysis: dict) -> None:
     if not (target / INDEX).exists():
         return
     try:
-        tmp = target / (RESULT + ".tmp")
+        name = result_file(variant)
+        tmp = target / (name + ".tmp")
         analysis = json.loads(json.dumps(analysis, default=str))  # the digest is of what reads back
         tmp.write_text(json.dumps({"key": key, "digest": _digest(analysis), "analysis": analysis}))
-        os.replace(tmp, target / RESULT)
+        os.replace(tmp, target / name)
     except OSError:
         pass

@@ -7,7 +7,7 @@ the measured speed-up next to what A's diagnoses estimated.
     {
       "json_schema": "workbench.compare/1",
       "a": {"path", "name", "verdict"}, "b": {"path", "name", "verdict"},
-      "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Analysis.metrics() of both
+      "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Result.metrics of both
       "speedup_measured": float|null,   # A step_ms / B step_ms, profiled steps (> 1: B is faster)
       "resolved": [{"id", "severity", "title", "estimated_speedup_max", "within_estimate"}],
                                         # in A at warning or above, absent or info in B
@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.pipeline.result import Result
+
 JSON_SCHEMA = "workbench.compare/1"
 ESTIMATE_TOLERANCE = 0.05
 """5 %: two profiled runs of the same configuration differ by a few percent in step time."""
@@ -40,8 +42,8 @@ ESTIMATE_TOLERANCE = 0.05
 
 @dataclass(slots=True)
 class Comparison:
-    a: Any
-    b: Any
+    a: Result
+    b: Result
     metrics: Any
     """DataFrame: metric, a, b, delta (b − a), delta_pct (100 × delta / a)."""
     resolved: list[str] = field(default_factory=list)
@@ -116,15 +118,15 @@ def default_pair(runs: list[dict]) -> tuple[int, int] | None:
     return max(range(1, len(runs)), key=likeness), 0
 
 
-def _serious(analysis) -> set[str]:
-    return {d.id for d in analysis.diagnoses if d.severity != "info"}
+def _serious(result: Result) -> set[str]:
+    return {d.id for d in result.serious()}
 
 
-def compare_runs(a, b) -> Comparison:
-    """Compare two :class:`workbench.pipeline.verdict.Analysis` (A = before, B = after)."""
+def compare_runs(a: Result, b: Result) -> Comparison:
+    """Compare two analysed runs (:class:`workbench.pipeline.result.Result`; A = before, B = after)."""
     import pandas as pd
 
-    ma, mb = a.metrics(), b.metrics()
+    ma, mb = a.metrics.as_dict(), b.metrics.as_dict()
     rows = []
     for k in list(ma) + [k for k in mb if k not in ma]:
         va, vb = ma.get(k), mb.get(k)

@@ -31,11 +31,10 @@ from typing import Callable, Iterable, Sequence
 
 from workbench.pipeline import cache as _cache
 
-from workbench.format import discover
 from workbench.analysis.frames import Frame, Params, RankFrames, RankSummary
 from workbench.format.errors import WorkbenchError
 from workbench.load.jobs import Candidate
-from workbench.load.run import RankData, Run, finish, locate, one_job, rank_of
+from workbench.load.run import Run, assemble, locate, rank_of
 from workbench.load.trace import Trace, read_trace
 
 # Without --workers, runs whose trace files total less than this are reduced in this process:
@@ -152,7 +151,8 @@ def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None 
     """The run at ``path`` with each rank reduced to ``frames`` (``Run.ranks[r].summary``, a
     :class:`~workbench.analysis.frames.RankSummary`).
 
-    ``workers``: local worker processes (None: :func:`default_workers`, or this process alone for
+    ``run.params``: the :class:`~workbench.analysis.frames.Params` the frames were computed with
+    (the one place they are made from the manifest). ``workers``: local worker processes (None: :func:`default_workers`, or this process alone for
     runs under PARALLEL_MIN_BYTES of trace files); ``executor``: a Dask scheduler address
     (``dask://host:port``) instead; ``cache``: read and write the run's cache; ``progress(done,
     total, file)`` after each trace; ``peak``: a user's peak (``Params.peak``).
@@ -176,12 +176,8 @@ def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None 
     summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache and bool(files))
     if hit and progress:
         progress(len(files), len(files), files[-1])
-    cands = [Candidate(s.rank, s) for s in summaries]
-    if note := discover.rank_by_order(cands):
-        run.warnings.append(note)
-    for c in one_job(run, cands):
-        run.ranks[c.rank] = RankData(rank=c.rank, trace=None, summary=c.trace)
-    return finish(run, Path(path))
+    run.params = params
+    return assemble(run, [Candidate(s.rank, s) for s in summaries], Path(path))
 
 
 __all__ = ["PARALLEL_MIN_BYTES", "default_workers", "load_reduced", "parse_executor", "reduce_trace", "summarize"]

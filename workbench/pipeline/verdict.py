@@ -1,69 +1,15 @@
-"""One call from a run to its verdict: load → analysis → diagnose. Shared by the CLI and the app.
+"""From a run's per-rank frames to its analysis: load → analysis → diagnose, the run-level numbers.
 
-``analyze_run(path).to_json()`` is the stable ``workbench analyze --json`` schema
-(``json_schema`` = ``workbench.analyze/1``)::
-
-    {
-      "json_schema": "workbench.analyze/1",
-      "run": {"path", "name", "status", "world_size", "device", "has_gpu", "warnings": [str],
-              "steps_from"},            # what ended a step (manifest), or null
-      "summary": {
-        "steps": int,                   # profiled steps per rank (min over ranks)
-        "step_ms": float,               # the job's step: the mean of the unprofiled
-                                        # steps (analysis.job), the profiled ones where there are none
-        "breakdown_pct": {category: float},   # mean share of step time, sums to 100
-        "per_rank": [{"rank", "steps", "step_ms", "<category>_ms", "<category>_pct"}],
-        "host_step_ms": float,          # the same steps timed on the host (ProfilerStep annotations)
-        "host_ahead": {"device_step_ms", "host_step_ms", "ratio"} | null
-                                        # set when the GPU's steps take HOST_AHEAD_RATIO× the host's:
-                                        # the host ran ahead (CUDA graphs, no sync); step_ms is the GPU's
-        "trace_step_ms", "steps_covered", "job", "capture_overhead", "note"   # Analysis.job_json
-      },
-      "diagnoses": [{"id", "severity", "title", "evidence", "recommendation",
-                     "estimated_gain", "fix", "ranks"}],
-      "verdict": str,                   # one line
-      "metrics": {name: float|null},    # flat, the rows of `workbench compare`:
-          step_ms, <category>_pct, gpu_busy_pct (kernels, GPU runs) or compute_busy_pct (CPU),
-          exposed_comm_pct (min over ranks), comm_ms_per_step, peak_reserved_gib,
-          peak_allocated_gib, straggler_work_ratio, tokens_per_s (steps CSV, when written),
-          steady_step_ms
-          step_ms and the <category>_pct cover the profiled steps (the trace); steady_step_ms and
-          tokens_per_s the steady steps of the steps CSVs: step ≥ 1, not profiled, step time
-          gpu_step_ms where captured; tokens_per_s = the job's tokens per steady step /
-          steady_step_ms (analysis.throughput; neither step 0's start-up nor the profiled
-          steps count)
-      "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
-                       "calls_per_step", "bytes_per_step", "total_ms"}],
-      "clock": {rank: {"offset_us", "source"}},
-      "efficiency": {                   # null when no op's FLOPs could be counted
-        "flops_per_step": float,        # model FLOPs per step and device, from the ops' shapes
-                                        # (analysis.flops), mean over ranks and steps
-        "achieved_tflops": float,       # those FLOPs / step time (the GPU's clock), per device
-        "mfu_pct": float|null,          # time the FLOPs need at each dtype's dense peak / step time
-        "mfu_bf16_pct": float|null,     # all FLOPs against the bf16 peak (the usual headline)
-        "dtype_flops_pct": {dtype: float},  # share of the FLOPs per dtype that ran (bf16, fp16,
-                                        # fp8, tf32, fp32 …)
-        "peak": {"tflops": {dtype: float}, "hbm_tb_s", "source"} | null,   # workbench.hardware.peaks
-        "per_step": [{"rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct", "mfu_bf16_pct"}],
-        "classes": [{"class", "subclass", "kernels", "time_ms", "time_pct", "flops", "tflops_per_s",
-                     "bytes", "gb_per_s", "bound", "pct_of_peak"}],   # every GPU kernel of all
-                                        # ranks in one class (analysis.kernel_classes), largest first
-        "other_kernels": [{"name", "calls", "time_ms"}],  # kernels no class matched, by name
-        "mfu_source": "model"|"trace",  # mfu_pct/mfu_bf16_pct: the model's FLOPs (analysis.model's
-                                        # convention) / (job step × peak of the GEMMs' dtype | bf16);
-                                        # "trace": the model could not be inferred, MFU = HFU
-        "hfu_pct", "hfu_bf16_pct",      # the trace's executed FLOPs (what mfu_* meant before)
-        "mfu_convention", "mfu_note", "model_flops_per_step"   # per_step rows gain hfu_pct, hfu_bf16_pct
-      },
-      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}}
-                                        # analysis.model_run.run_model: the model the traces show
-    }
-Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
-Keys are only ever added to this schema, never renamed or removed.
+:func:`analyze_run` builds an :class:`Analysis` (the frames, the rules' findings and the numbers
+the JSON reports); ``Analysis.result()`` is its typed :class:`~workbench.pipeline.result.Result`,
+whose ``to_json()`` is the ``workbench analyze --json`` document (the schema and its versions are
+documented in :mod:`workbench.pipeline.result`). Callers go through :func:`workbench.pipeline.analyze`,
+which adds the caches.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,8 +33,8 @@ from workbench.diagnose.memory import memory_summaries
 from workbench.format.errors import WorkbenchError
 from workbench.load import Run
 from workbench.format.overhead import capture_overhead
+from workbench.pipeline.result import JSON_SCHEMA, Efficiency, Finding, Metrics, ModelInfo, Result, RunInfo, Summary  # noqa: F401 - JSON_SCHEMA: callers import it from here
 
-JSON_SCHEMA = "workbench.analyze/1"
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
@@ -115,6 +61,7 @@ class Analysis:
     """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
     _model: dict | None = None
     _efficiency: dict | None = None
+    _result: Result | None = None
 
     def job_scale(self) -> pd.Series:
         """rank → recorded step / job step (1.0 where the job's step is unknown or on CPU traces,
@@ -313,43 +260,38 @@ class Analysis:
         total = self.breakdown["step_ms"].sum()
         return {c: round(100.0 * self.breakdown[f"{c}_ms"].sum() / total, 2) for c in CATEGORIES}
 
+    def result(self) -> Result:
+        """The run's typed result (workbench.pipeline.result), as printed and as cached: its values
+        pass once through JSON, so that pandas' and numpy's numbers are JSON's own."""
+        if self._result is None:
+            m = self.run.manifest
+            pr = self.per_rank
+            r = Result(
+                run=RunInfo(path=str(self.run.path), name=self.run.name, status=m.get("status", "bare"),
+                            world_size=self.run.world_size, device=self.run.device_name, has_gpu=self.run.has_gpu,
+                            warnings=tuple(self.run.warnings), steps_from=m.get("steps_from")),
+                summary=Summary(
+                    steps=int(pr["steps"].min()) if not pr.empty else 0,
+                    step_ms=round(float(self.breakdown["step_ms"].mean()), 3) if not self.breakdown.empty else None,
+                    breakdown_pct=self.breakdown_pct(),
+                    per_rank=tuple({k: (int(v) if k in ("rank", "steps") else round(float(v), 3)) for k, v in row.items()}
+                                   for row in pr.to_dict("records")),
+                    host_step_ms=round(float(self.breakdown["host_step_ms"].mean()), 3) if not self.breakdown.empty else None,
+                    host_ahead=self.host_ahead(), **self.job_json()),
+                diagnoses=tuple(Finding.from_json(d.to_dict()) for d in self.diagnoses),
+                verdict=self.verdict,
+                metrics=Metrics.from_json(self.metrics()),
+                collectives=tuple({k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+                                  for row in self.collectives().to_dict("records")),
+                clock={str(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
+                efficiency=Efficiency.from_json(self.efficiency_json()),
+                model=ModelInfo.from_json(self.model_json()))
+            self._result = Result.from_json(json.loads(json.dumps(r.to_json(), default=str)))
+        return self._result
+
     def to_json(self) -> dict[str, Any]:
-        m = self.run.manifest
-        return {
-            "json_schema": JSON_SCHEMA,
-            "run": {
-                "path": str(self.run.path),
-                "name": self.run.name,
-                "status": m.get("status", "bare"),
-                "world_size": self.run.world_size,
-                "device": self.run.device_name,
-                "has_gpu": self.run.has_gpu,
-                "warnings": list(self.run.warnings),
-                "steps_from": m.get("steps_from"),
-            },
-            "summary": {
-                "steps": int(self.per_rank["steps"].min()) if not self.per_rank.empty else 0,
-                "step_ms": round(float(self.breakdown["step_ms"].mean()), 3) if not self.breakdown.empty else None,
-                "breakdown_pct": self.breakdown_pct(),
-                "per_rank": [
-                    {k: (int(v) if k in ("rank", "steps") else round(float(v), 3)) for k, v in row.items()}
-                    for row in self.per_rank.to_dict("records")
-                ],
-                "host_step_ms": round(float(self.breakdown["host_step_ms"].mean()), 3) if not self.breakdown.empty else None,
-                "host_ahead": self.host_ahead(),
-                **self.job_json(),
-            },
-            "diagnoses": [d.to_dict() for d in self.diagnoses],
-            "verdict": self.verdict,
-            "metrics": self.metrics(),
-            "collectives": [
-                {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
-                for row in self.collectives().to_dict("records")
-            ],
-            "clock": {int(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
-            "efficiency": self.efficiency_json(),
-            "model": self.model_json(),
-        }
+        """The ``workbench analyze --json`` document (workbench.pipeline.result)."""
+        return self.result().to_json()
 
 
 def analyze_run(path: Path | str | Run, progress=None, workers: int | None = None, cache: bool = True,
@@ -369,8 +311,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     else:
         run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress,
                                   peak=peak)
-        params = Params.of_manifest(run.manifest, peak)
-        ranks = {r: s.rank_frames(params) for r, s in run.summaries.items()}
+        ranks = {r: s.rank_frames(run.params) for r, s in run.summaries.items()}
     if not ranks:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
     ranks = dict(sorted(ranks.items()))

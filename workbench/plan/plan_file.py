@@ -156,14 +156,15 @@ def check_plan(doc: object, where: object = "the plan") -> None:
         num(c, "bytes_per_step", f"plans[0].collectives[{i}].bytes_per_step")
 
 
-def job_mismatches(plan_doc: dict, run_doc: dict, run_shape: dict | None) -> list[str]:
+def job_mismatches(plan_doc: dict, run: dict, run_shape: dict | None) -> list[str]:
     """How the plan's job differs from the run's: model, device class (GPU/CPU), GPU kind and
-    count. ``run_shape``: the run's ``layers``, ``hidden``, ``params`` where known (its engine
+    count. ``run``: the run's ``name``, ``world_size``, ``has_gpu`` and ``device`` (its analysed
+    result's); ``run_shape``: its ``layers``, ``hidden``, ``params`` where known (its engine
     config, or the model the analysis inferred). Empty: the plan is for this run."""
     from workbench.hardware.devices import resolve
 
     out: list[str] = []
-    m, c, run = plan_doc["model"], plan_doc["cluster"], run_doc.get("run") or {}
+    m, c = plan_doc["model"], plan_doc["cluster"]
     if run_shape:
         if run_shape.get("layers") and run_shape.get("hidden"):
             if (int(m["layers"]), int(m["hidden"])) != (int(run_shape["layers"]), int(run_shape["hidden"])):

@@ -60,14 +60,16 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     return out
 
 
-def render(analysis) -> str:
-    """The report's HTML text for an Analysis."""
+def render(analysed) -> str:
+    """The report's HTML text for an analysed run (workbench.pipeline.AnalysedRun): the numbers of
+    its result, the figures of its analysis."""
     from workbench.present import summary
 
+    result, analysis = analysed.result, analysed.analysis()
     run = analysis.run
     e = html.escape
-    h = summary.headline(analysis)
-    serious = [d for d in analysis.diagnoses if d.severity != "info"]
+    h = summary.headline(result, analysis)
+    serious = result.serious()
     level = "ok" if not serious else serious[0].severity
 
     def kpi(label: str, value: str) -> str:
@@ -84,7 +86,7 @@ def render(analysis) -> str:
         f'<p class="sub">{run.world_size} rank(s) · {e(run.device_name or "unknown device")} · '
         f'status {e(str(run.manifest.get("status", "bare")))} · {e(str(run.manifest.get("start_utc") or ""))} · '
         f'report {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC</p>',
-        f'<p class="verdict {level}">Verdict: {e(analysis.verdict)}</p>',
+        f'<p class="verdict {level}">Verdict: {e(result.verdict)}</p>',
         '<div class="kpis">' + kpi("Step time", fmt(h.step_ms, " ms"))
         + kpi("GPU busy" if run.has_gpu else "CPU busy (no GPU)", fmt(h.gpu_busy_pct, "%", 0))
         + kpi("MFU", fmt(h.mfu_pct, "%")) + kpi("Exposed comm", fmt(h.exposed_comm_pct, "%", 0))
@@ -93,7 +95,7 @@ def render(analysis) -> str:
     ]
     for w in run.warnings:
         parts.append(f"<p>⚠ {e(w)}</p>")
-    diagnoses = summary.sorted_by_gain(analysis.diagnoses)
+    diagnoses = summary.sorted_by_gain(result.diagnoses)
     if not diagnoses:
         parts.append("<p>No bottleneck found.</p>")
     for d in diagnoses:
@@ -105,6 +107,7 @@ def render(analysis) -> str:
             f"<p><b>Fix:</b> {e(d.recommendation)}</p>"
             + (f"<p>Estimated gain: up to {e(str(gain.get('speedup_max')))}× ({e(str(gain.get('formula', '')))}); "
                f"toggles: {e(', '.join(d.fix))}</p>" if gain.get("speedup_max") else "")
+            + _alternatives_html(d.alternatives)
             + (f"<p>Where: ranks {e(', '.join(map(str, rng['ranks'])))}, profiled steps {rng['steps'][0]}–{rng['steps'][1]}</p>" if rng else "")
             + f"<table>{ev}</table></div>")
     section = None
@@ -120,16 +123,28 @@ def render(analysis) -> str:
             f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
 
 
+def _alternatives_html(alternatives) -> str:
+    """The planner's answers to a finding (workbench.calibration.alternatives), as the CLI words them."""
+    from workbench.cli.console import alternative_line
+
+    if alternatives is None:
+        return ""
+    if not alternatives:
+        return "<p><b>The planner:</b> no layout it tried on these GPUs serves this better.</p>"
+    items = "".join(f"<li>{html.escape(alternative_line(a))}</li>" for a in alternatives)
+    return f"<p><b>The planner, calibrated on this run:</b></p><ul>{items}</ul>"
+
+
 def write_report(path: Path | str, out: Path | str) -> Path:
     """Analyze the run at ``path`` and write its report to ``out``; returns ``out``."""
-    from workbench.pipeline.verdict import analyze_run
+    from workbench.present.shown import shown
 
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise WorkbenchError(f"{out}: the report is HTML; give a file name ending in .html")
     if out.parent and not out.parent.exists():
         raise WorkbenchError(f"{out.parent}: no such directory")
-    text = render(analyze_run(path))
+    text = render(shown(path))
     try:
         out.write_text(text, encoding="utf-8")
     except OSError as err:

@@ -1,7 +1,8 @@
 """The headline numbers of a run and small derived tables, shared by the app and the HTML report.
 
-No streamlit here (the report imports it). Everything comes from an :class:`Analysis`, so the
-first view of a run costs one analysis and nothing else.
+No streamlit here (the report imports it). The numbers come from the run's result
+(workbench.pipeline.result.Result: what every command prints), the per-rank tables from its
+:class:`Analysis` (the frames behind it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pandas as pd
 
 from workbench.analysis import frames
 from workbench.hardware.peaks import device_peak
+from workbench.pipeline.result import Result
 from workbench.pipeline.verdict import Analysis
 
 
@@ -53,11 +55,10 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
     return out, "host RSS"
 
 
-def mfu_pct(analysis: Analysis) -> float | None:
-    """The run's MFU, as ``workbench analyze --json`` reports it (``efficiency.mfu_pct``, mean over
-    ranks and profiled steps; analysis.flops): the one MFU of the CLI, the app and the report."""
-    eff = analysis.efficiency_json()
-    return eff["mfu_pct"] if eff else None
+def mfu_pct(result: Result) -> float | None:
+    """The run's MFU, as ``workbench analyze --json`` reports it (``efficiency.mfu_pct``): the one
+    MFU of the CLI, the app and the report."""
+    return result.efficiency.mfu_pct if result.efficiency else None
 
 
 def evidence_text(value) -> str:
@@ -67,18 +68,18 @@ def evidence_text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
 
 
-def headline(analysis: Analysis) -> Headline:
-    """The Overview's numbers: ``Analysis.metrics()`` (what ``workbench compare`` diffs), plus the
-    host-RSS peak on CPU runs and the MFU of ``--json``."""
-    m = analysis.metrics()
+def headline(result: Result, analysis: Analysis) -> Headline:
+    """The Overview's numbers: the result's metrics (what ``workbench compare`` diffs), plus the
+    host-RSS peak on CPU runs (``analysis``' steps and NVML rows)."""
+    m = result.metrics
     peaks, kind = peak_memory(analysis)
-    peak = m.get("peak_allocated_gib")
-    busy = m.get("gpu_busy_pct") if analysis.run.has_gpu else m.get("compute_busy_pct")
+    peak = m.peak_allocated_gib
+    busy = m.gpu_busy_pct if result.run.has_gpu else m.compute_busy_pct
     return Headline(
-        step_ms=m.get("step_ms"),
+        step_ms=m.step_ms,
         gpu_busy_pct=None if busy is None else float(busy),
-        mfu_pct=mfu_pct(analysis),
-        exposed_comm_pct=m.get("exposed_comm_pct", m.get("communication_pct")),
+        mfu_pct=mfu_pct(result),
+        exposed_comm_pct=m.exposed_comm_pct if "exposed_comm_pct" in m.keys else m.communication_pct,
         peak_memory_bytes=int(peak * 2**30) if peak else (max(peaks.values()) if peaks else None),
         capacity_bytes=analysis.run.device_memory_bytes if kind == "GPU allocated" else None,
         memory_kind=kind,

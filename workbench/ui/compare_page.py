@@ -25,15 +25,15 @@ def compare_page() -> None:
     a_name = c1.selectbox("A (before)", names, index=names.index(qa) if qa in names else da, key="compare_a")
     b_name = c2.selectbox("B (after)", names, index=names.index(qb) if qb in names else db, key="compare_b")
     st.query_params["a"], st.query_params["b"] = a_name, b_name
-    a, b = state.analysis_for(paths[a_name]), state.analysis_for(paths[b_name])
+    a, b = state.analysed_for(paths[a_name]), state.analysed_for(paths[b_name])
     if a is None or b is None:
         return
     for col, name, an in ((c1, a_name, a), (c2, b_name, b)):
         with col:
             st.markdown(f"**{name}**")
-            widgets.verdict(an)
-            st.plotly_chart(step_breakdown_bar(an.per_rank, title=f"{name}: ms per step"), width="stretch")
-    cmp = compare_runs(a, b)
+            widgets.verdict(an.result)
+            st.plotly_chart(step_breakdown_bar(an.analysis().per_rank, title=f"{name}: ms per step"), width="stretch")
+    cmp = compare_runs(a.result, b.result)
     st.subheader("Deltas (B − A)")
     speedup = getattr(cmp, "speedup_measured", None)
     if speedup:

@@ -1,8 +1,8 @@
 """Efficiency: is the busy GPU doing useful work fast? FLOPs, MFU and HFU, the inferred model, dtypes,
 kernel classes.
 
-Everything shown comes from ``Analysis.efficiency_json()`` / ``efficiency_frames()`` (the numbers
-``workbench analyze --json`` prints) and the efficiency rules of ``workbench.diagnose.efficiency``.
+Everything shown comes from the run's result (``Result.efficiency``, ``Result.model``: the numbers
+``workbench analyze --json`` prints), the top kernels from ``Analysis.efficiency_frames()`` and the efficiency rules of ``workbench.diagnose.efficiency``.
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.pipeline.result import ModelInfo
 from workbench.present.figures import kernel_class_bar, mfu_per_step
 from workbench.ui import state, widgets
 from workbench.present import summary
+from workbench.diagnose.registry import group_ids
 from workbench.ui.registry import page
 
-# The rules of workbench.diagnose.efficiency, shown here with their evidence.
-EFFICIENCY_RULES = ("low_mfu", "fp32_matmul", "unfused_elementwise", "unfused_optimizer", "attention_math",
-                    "layout_conversion", "stale_gemm_kernels")
+# The diagnoses of the rules in the registry's "efficiency" group, shown here with their evidence.
+EFFICIENCY_RULES = group_ids("efficiency")
 TOP_KERNELS = 20
 
 
@@ -25,10 +26,10 @@ def _num(v: float | None, unit: str = "", digits: int = 1) -> str:
     return "—" if v is None else f"{v:,.{digits}f}{unit}"
 
 
-def model_table(model: dict) -> pd.DataFrame:
+def model_table(model: ModelInfo) -> pd.DataFrame:
     """The inferred model's fields (analysis.model) as rows: field, value, confidence, source."""
     rows = []
-    for name, f in (model or {}).get("fields", {}).items():
+    for name, f in model.fields.items():
         v = f["value"]
         if isinstance(v, dict):
             v = ", ".join(f"{k} {x}" for k, x in v.items())
@@ -38,65 +39,66 @@ def model_table(model: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["field", "value", "confidence", "source"])
 
 
-def model_section(model: dict, tokens_per_s: float | None) -> None:
+def model_section(model: ModelInfo, tokens_per_s: float | None) -> None:
     st.subheader("The model behind the run")
-    if not model or not model.get("kind"):
+    if not model.kind:
         st.caption("No model could be inferred: the trace has no shapes (record_shapes) or no step.")
         return
-    st.markdown(f"**{model['kind']}**" + (f" · {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""))
+    st.markdown(f"**{model.kind}**" + (f" · {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""))
     st.dataframe(model_table(model), hide_index=True, width="stretch")
 
 
 @page("Efficiency", url_path="efficiency", section="Run", order=60)
 def efficiency_page() -> None:
-    path, analysis = state.selected_analysis()
+    path, analysed = state.selected()
     st.title("Efficiency")
-    if analysis is None:
+    if analysed is None:
         return
-    eff = analysis.efficiency_json()
-    if not analysis.run.has_gpu or eff is None or not eff["classes"]:
+    result, analysis = analysed.result, analysed.analysis()
+    eff = result.efficiency
+    if not result.run.has_gpu or eff is None or not eff.classes:
         st.info("Efficiency needs a GPU trace: MFU and the kernel-class roofline compare GPU kernels with the device's "
-                "peak, and this run has no GPU kernels" + ("" if analysis.run.has_gpu else " (a CPU run)") + ". "
+                "peak, and this run has no GPU kernels" + ("" if result.run.has_gpu else " (a CPU run)") + ". "
                 "Profile it on a GPU with `workbench profile` (shapes are recorded by default).")
         if eff is not None:
-            st.caption(f"FLOPs counted from the ops' shapes on the CPU: {eff['flops_per_step'] / 1e9:,.2f} GFLOP per step, "
-                       f"{eff['achieved_tflops'] * 1e3:,.2f} GFLOP/s; there is no CPU peak to compare them with.")
+            st.caption(f"FLOPs counted from the ops' shapes on the CPU: {eff.flops_per_step / 1e9:,.2f} GFLOP per step, "
+                       f"{eff.achieved_tflops * 1e3:,.2f} GFLOP/s; there is no CPU peak to compare them with.")
         return
-    peak = eff["peak"]
+    peak = eff.peak
     cols = st.columns(5)
-    model_mfu = eff.get("mfu_source") == "model"
-    cols[0].metric("MFU", _num(eff["mfu_pct"], "%"),
-                   help=("the model's FLOPs per step (" + eff.get("mfu_convention", "") + ") at the dense peak of the GEMMs' "
+    model_mfu = eff.mfu_source == "model"
+    cols[0].metric("MFU", _num(eff.mfu_pct, "%"),
+                   help=("the model's FLOPs per step (" + (eff.mfu_convention or "") + ") at the dense peak of the GEMMs' "
                          "dtype ÷ the job's step") if model_mfu else
                    "the trace's executed FLOPs (the model could not be inferred) at each dtype's dense peak ÷ the job's step")
-    cols[1].metric("HFU", _num(eff.get("hfu_pct"), "%"),
+    cols[1].metric("HFU", _num(eff.hfu_pct, "%"),
                    help="hardware FLOPs utilisation: the FLOPs the trace executed (recomputed forwards included, causal "
                         "attention halved), each dtype at its dense peak ÷ the job's step")
-    cols[2].metric("MFU vs bf16 peak", _num(eff["mfu_bf16_pct"], "%"), help="the same FLOPs against the bf16 dense peak: "
+    cols[2].metric("MFU vs bf16 peak", _num(eff.mfu_bf16_pct, "%"), help="the same FLOPs against the bf16 dense peak: "
                    "what trainers that take one peak print (nanoGPT)")
-    cols[3].metric("FLOPs per step", _num(eff["flops_per_step"] / 1e12, " TFLOP", 2),
+    cols[3].metric("FLOPs per step", _num(eff.flops_per_step / 1e12, " TFLOP", 2),
                    help="executed FLOPs per step and device, counted from the GEMM, convolution and attention ops' shapes")
-    cols[4].metric("Achieved", _num(eff["achieved_tflops"], " TFLOP/s"), help="those FLOPs ÷ step time (the GPU's clock)")
-    st.caption(("MFU counts " + eff["mfu_convention"] + "; HFU the FLOPs the trace executed.") if model_mfu
-               else "MFU = HFU here: " + eff.get("mfu_convention", "the trace's executed FLOPs") + ".")
-    if eff.get("mfu_note"):
-        st.info(eff["mfu_note"])
-    model_section(analysis.model_json(), analysis.metrics().get("tokens_per_s"))
-    mix = ", ".join(f"{d} {p:.1f}%" for d, p in sorted(eff["dtype_flops_pct"].items(), key=lambda kv: -kv[1]))
+    cols[4].metric("Achieved", _num(eff.achieved_tflops, " TFLOP/s"), help="those FLOPs ÷ step time (the GPU's clock)")
+    st.caption(("MFU counts " + (eff.mfu_convention or "") + "; HFU the FLOPs the trace executed.") if model_mfu
+               else "MFU = HFU here: " + (eff.mfu_convention or "the trace's executed FLOPs") + ".")
+    if eff.mfu_note:
+        st.info(eff.mfu_note)
+    model_section(result.model, result.metrics.tokens_per_s)
+    mix = ", ".join(f"{d} {p:.1f}%" for d, p in sorted(eff.dtype_flops_pct.items(), key=lambda kv: -kv[1]))
     st.markdown(f"**Dtype mix of the FLOPs:** {mix}")
     if peak:
-        st.caption(f"{analysis.run.device_name}: dense peaks " + ", ".join(f"{d} {v:g}" for d, v in peak["tflops"].items())
+        st.caption(f"{result.run.device}: dense peaks " + ", ".join(f"{d} {v:g}" for d, v in peak["tflops"].items())
                    + (f" TFLOP/s, HBM {peak['hbm_tb_s']:g} TB/s" if peak["hbm_tb_s"] else " TFLOP/s")
                    + f" ({peak['source']}).")
     else:
-        st.caption(f"No peak table entry for {analysis.run.device_name or 'this device'}: MFU and % of roofline are unknown.")
+        st.caption(f"No peak table entry for {result.run.device or 'this device'}: MFU and % of roofline are unknown.")
 
     st.subheader("Diagnoses")
-    widgets.diagnosis_cards(analysis, detailed=True, only=set(EFFICIENCY_RULES),
+    widgets.diagnosis_cards(analysed, detailed=True, only=set(EFFICIENCY_RULES),
                             none_text="No efficiency diagnosis: " + ", ".join(EFFICIENCY_RULES) + " all passed.")
 
-    st.plotly_chart(mfu_per_step(pd.DataFrame(eff["per_step"])), width="stretch")
-    classes = pd.DataFrame(eff["classes"])
+    st.plotly_chart(mfu_per_step(pd.DataFrame(list(eff.per_step))), width="stretch")
+    classes = pd.DataFrame(list(eff.classes))
     st.plotly_chart(kernel_class_bar(classes), width="stretch")
     st.caption("% of roofline: compute classes against the dense peak of the dtype they ran in; device-to-device copies "
                "and memsets against HBM bandwidth. Blank where the trace gives neither FLOPs nor bytes.")
@@ -105,9 +107,9 @@ def efficiency_page() -> None:
     st.subheader("Top kernels")
     frames = analysis.efficiency_frames()
     kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty], ignore_index=True)
-    st.dataframe(summary.top_kernels(kernels, analysis.run.device_name, TOP_KERNELS).round(2), hide_index=True, width="stretch")
+    st.dataframe(summary.top_kernels(kernels, result.run.device, TOP_KERNELS).round(2), hide_index=True, width="stretch")
     st.subheader("Unclassified kernels (`other`)")
-    if eff["other_kernels"]:
-        st.dataframe(pd.DataFrame(eff["other_kernels"]), hide_index=True, width="stretch")
+    if eff.other_kernels:
+        st.dataframe(pd.DataFrame(list(eff.other_kernels)), hide_index=True, width="stretch")
     else:
         st.caption("None: every GPU kernel of this run fell into a named class.")

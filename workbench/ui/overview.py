@@ -17,14 +17,15 @@ def _fmt(v: float | None, unit: str, digits: int = 1) -> str:
 
 @page("Overview", url_path="overview", section="Run", order=10)
 def overview_page() -> None:
-    path, analysis = state.selected_analysis()
+    path, analysed = state.selected()
     st.title(path.name if path else "Overview")
-    if analysis is None:
+    if analysed is None:
         return
-    widgets.verdict(analysis)
-    for w in analysis.run.warnings:
+    result, analysis = analysed.result, analysed.analysis()
+    widgets.verdict(result)
+    for w in result.run.warnings:
         st.warning(w)
-    h = summary.headline(analysis)
+    h = summary.headline(result, analysis)
     cols = st.columns(5)
     cols[0].metric("Step time", _fmt(h.step_ms, " ms"), help="mean over ranks and profiled steps")
     gpu = analysis.run.has_gpu
@@ -42,13 +43,13 @@ def overview_page() -> None:
     cols[4].metric(f"Peak memory ({h.memory_kind})", peak,
                    delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of capacity" if h.peak_memory_bytes and h.capacity_bytes else None,
                    delta_color="off")
-    tps = analysis.metrics().get("tokens_per_s")
+    tps = result.metrics.tokens_per_s
     st.caption((f"{tps:,.0f} tokens/s · " if tps else "") + f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
                f"{analysis.breakdown['step'].nunique()} profiled step(s) · steps from {analysis.run.manifest.get('steps_from') or 'unknown'} · "
                f"status {analysis.run.manifest.get('status', 'bare')}")
     st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
     st.subheader("Diagnoses")
-    widgets.diagnosis_cards(analysis)
+    widgets.diagnosis_cards(analysed)
     st.plotly_chart(step_time_lines(analysis.breakdown), width="stretch")
     st.subheader("Per rank")
     st.dataframe(summary.per_rank_table(analysis), hide_index=True, width="stretch")
@@ -56,13 +57,13 @@ def overview_page() -> None:
 
 @page("Diagnoses", url_path="diagnoses", section="Run", order=70)
 def diagnoses_page() -> None:
-    path, analysis = state.selected_analysis()
+    path, analysed = state.selected()
     st.title("Diagnoses")
-    if analysis is None:
+    if analysed is None:
         return
-    widgets.verdict(analysis)
+    widgets.verdict(analysed.result)
     st.caption("Sorted by estimated gain (share of step time saved if the cause is removed).")
-    widgets.diagnosis_cards(analysis, detailed=True)
+    widgets.diagnosis_cards(analysed, detailed=True)
 
 
 @page("Timeline", url_path="timeline", section="Run", order=20)

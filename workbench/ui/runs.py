@@ -36,8 +36,8 @@ def _row(r: dict) -> dict:
     if verdict is None:
         size = sum(f.stat().st_size for f in trace_files(r["path"]))
         if size < AUTO_ANALYZE_BYTES:
-            a = state.analysis_for(r["path"])
-            verdict = a.verdict if a is not None else "unreadable"
+            a = state.analysed_for(r["path"])
+            verdict = a.result.verdict if a is not None else "unreadable"
         else:
             verdict = f"({size / 2**20:.0f} MiB of traces: open it in Overview)"
     hosts = m.get("hosts") or []

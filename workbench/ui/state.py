@@ -16,7 +16,9 @@ from workbench.format.errors import WorkbenchError
 from workbench.present.figures import timeline_lanes
 from workbench.load import find_runs
 from workbench.pipeline.cache import CACHE_DIR
-from workbench.pipeline.verdict import Analysis, analyze_run
+from workbench.pipeline import AnalysedRun, Options
+from workbench.present.shown import shown
+from workbench.pipeline.verdict import Analysis
 
 # Verdicts of the runs analysed in this server process, for the Runs page (which never analyses
 # a large run just to fill a table cell).
@@ -38,43 +40,31 @@ def mtime(path: Path) -> float:
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _analysis(path: str, mtime: float) -> Analysis:
+def _analysed(path: str, mtime: float) -> AnalysedRun:
     # In this process: worker processes of a Streamlit script would import the script again as
     # their __main__ (multiprocessing's spawn/forkserver preparation), i.e. run the app. The
-    # summaries' cache makes a run opened before fast; `workbench analyze RUN` fills it on all cores.
-    return analyze_run(path, workers=1)
+    # caches make a run opened before fast; `workbench analyze RUN` fills them on all cores.
+    return shown(path, Options(workers=1))
 
 
-def analysis_for(path: Path) -> Analysis | None:
-    """The analysis of one run, cached until a file in it changes; shows errors as one line."""
+def _analysis(path: str, mtime: float) -> Analysis:
+    return _analysed(path, mtime).analysis()
+
+
+def analysed_for(path: Path) -> AnalysedRun | None:
+    """The run through workbench.pipeline.analyze (the result every command shows, the planner's
+    answers included), its analysis (frames) ready; cached until a file in it changes; errors
+    shown as one line."""
     try:
         with st.spinner(f"Analyzing {path.name}…"):
             key = (str(path), mtime(path))
-            a = _analysis(*key)
-            _VERDICTS[key] = a.verdict
+            a = _analysed(*key)
+            a.analysis()
+            _VERDICTS[key] = a.result.verdict
             return a
     except WorkbenchError as e:
         st.error(str(e))
         return None
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)
-def _alternatives(path: str, mtime: float) -> dict[str, list[dict]]:
-    import json
-
-    from workbench.calibration.alternatives import advise
-
-    doc = json.loads(json.dumps(_analysis(path, mtime).to_json(), default=str))
-    return {d["id"]: d["alternatives"] for d in advise(doc, path)["diagnoses"] if "alternatives" in d}
-
-
-def alternatives_for(path: Path) -> dict[str, list[dict]]:
-    """finding id → the planner's alternatives for it (workbench.calibration.alternatives), calibrated on the
-    run; {} where no plan applies or the planner cannot read the run."""
-    try:
-        return _alternatives(str(path), mtime(path))
-    except WorkbenchError:
-        return {}
 
 
 def known_verdict(path: Path) -> str | None:
@@ -159,9 +149,16 @@ def selected_run() -> Path | None:
     return next(r["path"] for r in all_runs if r["name"] == name)
 
 
-def selected_analysis() -> tuple[Path | None, Analysis | None]:
-    """The sidebar's run and its analysis (None, None when there is no run)."""
+def selected() -> tuple[Path | None, AnalysedRun | None]:
+    """The sidebar's run and the run analysed (None, None when there is no run): ``.result`` for
+    the numbers every command shows, ``.analysis()`` for the frames the figures draw."""
     path = selected_run()
     if path is None:
         return None, None
-    return path, analysis_for(path)
+    return path, analysed_for(path)
+
+
+def selected_analysis() -> tuple[Path | None, Analysis | None]:
+    """The sidebar's run and its analysis (frames; None, None when there is no run)."""
+    path, analysed = selected()
+    return path, analysed.analysis() if analysed is not None else None

@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from workbench.cli.console import alternative_line
 
 from workbench.present import summary
-from workbench.pipeline.verdict import Analysis
+from workbench.pipeline import AnalysedRun
+from workbench.pipeline.result import Result
 
 SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
 
 
-def _alternatives(analysis: Analysis) -> dict[str, list[dict]]:
-    from workbench.ui.state import alternatives_for
-
-    return alternatives_for(Path(analysis.run.path))
-
-
-def verdict(analysis: Analysis) -> None:
-    serious = [d for d in analysis.diagnoses if d.severity != "info"]
+def verdict(result: Result) -> None:
+    serious = result.serious()
     show = st.error if serious and serious[0].severity == "critical" else st.warning if serious else st.success
-    show(f"**Verdict:** {analysis.verdict}")
+    show(f"**Verdict:** {result.verdict}")
 
 
-def diagnosis_cards(analysis: Analysis, detailed: bool = False, only: set[str] | None = None,
+def diagnosis_cards(analysed: AnalysedRun, detailed: bool = False, only: set[str] | None = None,
                     none_text: str = "No bottleneck found.") -> None:
-    """Every diagnosis (or those whose id is in ``only``), largest estimated gain first: id,
-    severity, title, fix, gain, where."""
-    diagnoses = summary.sorted_by_gain([d for d in analysis.diagnoses if only is None or d.id in only])
+    """Every finding of the run's result (or those whose id is in ``only``), largest estimated
+    gain first: id, severity, title, fix, gain, the planner's alternatives, where."""
+    analysis = analysed.analysis()
+    diagnoses = summary.sorted_by_gain([d for d in analysed.result.diagnoses if only is None or d.id in only])
     if not diagnoses:
         st.success(none_text)
         return
@@ -51,11 +45,10 @@ def diagnosis_cards(analysis: Analysis, detailed: bool = False, only: set[str] |
                 bits.append("toggles: " + ", ".join(f"`{f}`" for f in d.fix))
             if bits:
                 st.caption("Estimated gain: " + "; ".join(bits))
-            alts = _alternatives(analysis).get(d.id)
-            if alts:
+            if d.alternatives:
                 st.markdown("**The planner, calibrated on this run:**\n" + "\n".join(
-                    f"- {alternative_line(a)}" for a in alts))
-            elif alts == []:
+                    f"- {alternative_line(a)}" for a in d.alternatives))
+            elif d.alternatives == ():
                 st.caption("The planner: no layout it tried on these GPUs serves this better.")
             where = d.evidence.get("time_range_us") if isinstance(d.evidence, dict) else None
             rng = summary.time_range(analysis, d.ranks)

@@ -20,7 +20,8 @@ speed-up ≤ step_ms / (step_ms − exposed_ms).
 from __future__ import annotations
 
 from workbench.analysis import frames
-from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
+from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.diagnose.registry import rule
 
 INFO_PCT = 10.0
 WARNING_PCT = 20.0
@@ -29,7 +30,10 @@ MIN_MS_PER_STEP = 2.0
 BANDS = ((INFO_PCT, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 
-@reads(frames.COMM_OVERLAP)
+@rule("exposed_communication", reads=(frames.COMM_OVERLAP,), group="distributed",
+      summary="communication not overlapped by compute (collectives; point-to-point waits are the pipeline's)",
+      threshold=f"{INFO_PCT:g} / {WARNING_PCT:g} / {CRITICAL_PCT:g} % of step, ≥ {MIN_MS_PER_STEP:g} ms",
+      source="TensorBoard plugin (comm > 10 %)")
 def exposed_communication(ctx: Context) -> Diagnosis | None:
     if not ctx.ranks:
         return None

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from workbench.analysis.frames import Frame, RankFrames
 from workbench.analysis.skew import rank_skew
-from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
-from workbench.diagnose.pipeline import has_pipeline_actions
+from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.diagnose.pipeline import PIPELINE_STAGE
+from workbench.diagnose.registry import rule
 
 BANDS = ((1.1, "info"), (1.3, "warning"), (1.6, "critical"))
 MIN_EXCESS_MS = 5.0
@@ -56,16 +57,13 @@ def _has_collectives(rf: RankFrames) -> bool:
     return not rf.trace.comms.empty
 
 
-def _pipeline_stage(rf: RankFrames) -> bool:
-    """The rank runs torch.distributed.pipelining stage actions."""
-    return has_pipeline_actions(rf.trace)
-
-
 HAS_COLLECTIVES = Frame("has_collectives", _has_collectives, returns=bool)
-PIPELINE_STAGE = Frame("pipeline_stage", _pipeline_stage, returns=bool)
 
 
-@reads(HAS_COLLECTIVES, PIPELINE_STAGE)
+@rule("straggler_rank", reads=(HAS_COLLECTIVES, PIPELINE_STAGE), group="distributed",
+      summary="one rank's work (step − communication) vs the others' median",
+      threshold=f"{BANDS[0][0]:g} / {BANDS[1][0]:g} / {BANDS[2][0]:g} ×, ≥ {MIN_EXCESS_MS:g} ms",
+      source="ours (measured noise 1.05–1.14)")
 def straggler_rank(ctx: Context) -> Diagnosis | None:
     b = ctx.breakdown
     if b.empty or b["rank"].nunique() < 2:

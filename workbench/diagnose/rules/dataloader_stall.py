@@ -31,7 +31,8 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.analysis.throughput import steady_summary, steps_label
-from workbench.diagnose.base import Diagnosis, severity_for
+from workbench.diagnose.base import Context, Diagnosis, severity_for
+from workbench.diagnose.registry import rule
 
 INFO_PCT = 5.0
 WARNING_PCT = 10.0
@@ -50,13 +51,18 @@ def run_wait(steps: dict | None, warmup: int | None = None) -> pd.DataFrame:
     return s[["step_ms", "dataloader_ms", "steps", "first_step", "last_step"]]
 
 
-def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, steps: dict | None = None,
-                     warmup: int | None = None) -> Diagnosis | None:
+@rule("dataloader_stall", reads=(), group="input",  # the breakdown and the steps CSVs
+      summary="device idle while the main thread waits in `DataLoader.__next__` (profiled steps), or `data_wait_ms` "
+              "of the steady steps (step ≥ 1, unprofiled), whichever is larger; the title names which",
+      threshold=f"{INFO_PCT:g} / {WARNING_PCT:g} / {CRITICAL_PCT:g} % of step, ≥ {MIN_MS_PER_STEP:g} ms",
+      source="TensorBoard plugin 5 %, xprof 5/20 %, TraceML 10/20 %, 2 ms")
+def dataloader_stall(ctx: Context) -> Diagnosis | None:
+    breakdown = ctx.breakdown
     if breakdown.empty:
         return None
     per_rank = breakdown.groupby("rank")[["step_ms", "dataloader_ms"]].mean()
     trace_share = 100.0 * per_rank["dataloader_ms"].mean() / per_rank["step_ms"].mean()
-    whole = run_wait(steps, warmup)
+    whole = run_wait(ctx.steps, ctx.steps_warmup)
     run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean() if not whole.empty else None
     source = "main-thread enumerate(DataLoader)#…__next__ while the device was idle (profiled steps)"
     covered = steps_label(int(breakdown["step"].min()), int(breakdown["step"].max()), profiled=True)
@@ -76,7 +82,7 @@ def dataloader_stall(breakdown: pd.DataFrame, run_config: dict | None = None, st
     if severity is None or dl_ms < MIN_MS_PER_STEP:
         return None
     ranks = [int(r) for r, row in per_rank.iterrows() if row["share_pct"] >= INFO_PCT]
-    workers = (run_config or {}).get("data", {}).get("num_workers")
+    workers = (ctx.run_config or {}).get("data", {}).get("num_workers")
     advice = "raise DataLoader num_workers"
     if workers is not None:
         advice += f" (now {workers})"

@@ -29,7 +29,8 @@ import numpy as np
 from workbench.format import kineto
 from workbench.analysis import frames
 from workbench.analysis.frames import Frame, RankFrames
-from workbench.diagnose.base import Context, Diagnosis, gain, reads, severity_for
+from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
+from workbench.diagnose.registry import rule
 
 SHARDED_GATHERS_PER_STEP = 2
 REPLICATED_GATHERS_PER_STEP = 1
@@ -46,7 +47,10 @@ def _fsdp_annotated(rf: RankFrames) -> bool:
 FSDP_ANNOTATED = Frame("fsdp_annotated", _fsdp_annotated, returns=bool)
 
 
-@reads(frames.COLLECTIVE_CALLS, frames.COMM_OVERLAP, frames.WINDOWS, FSDP_ANNOTATED)
+@rule("redundant_allgather", reads=(frames.COLLECTIVE_CALLS, frames.COMM_OVERLAP, frames.WINDOWS, FSDP_ANNOTATED),
+      group="distributed",
+      summary="all-gathers beyond what the layout needs per step (same buffer re-gathered, gather-and-slice)",
+      threshold=f"> 0 / {WARNING_PCT:g} / {CRITICAL_PCT:g} % of step", source="TensorBoard plugin's 5 % action level")
 def redundant_allgather(ctx: Context) -> Diagnosis | None:
     if not ctx.ranks:
         return None

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench.diagnose.base import Context, Diagnosis, reads
+from workbench.diagnose.base import Context, Diagnosis
+from workbench.diagnose.registry import rule
 
 LOSS_SPIKE_FACTOR = 2.0
 GRAD_SPIKE_FACTOR = 5.0
@@ -31,7 +32,11 @@ def _spikes(values: pd.Series, factor: float) -> np.ndarray:
     return ((v > factor * base) & (base > 0)).to_numpy()
 
 
-@reads()  # the steps CSVs only
+@rule("training_instability", reads=(), group="stability",  # the steps CSVs only
+      summary="non-finite loss/grad norm (critical), spikes vs the recent median (warning)",
+      threshold=f"non-finite: critical; a spike > {LOSS_SPIKE_FACTOR:g}× (loss) / {GRAD_SPIKE_FACTOR:g}× (grad norm) "
+                f"the previous {WINDOW} steps' median: warning",
+      source="PaLM §5.1 (~2× loss spikes); ours")
 def training_instability(ctx: Context) -> Diagnosis | None:
     found: list[dict] = []
     for rank, df in sorted(ctx.steps.items()):
