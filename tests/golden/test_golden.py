@@ -144,7 +144,7 @@ def test_report_states_the_golden(run, run_cache, tmp_path):
 def _page(name: str) -> None:
     from workbench.ui import pages
 
-    getattr(pages, name)()
+    {p.fn.__name__: p.fn for p in pages.registered()}[name]()  # the page registry (workbench.ui.registry)
 
 
 def _app(run: str, page: str | None, monkeypatch):
