@@ -1,4 +1,6 @@
-"""Shared fixtures: real gloo runs made once per session, and the committed sample runs."""
+"""Shared fixtures and paths for every test folder (tests/<package>/ mirrors workbench/<package>/):
+real gloo runs made once per session, the committed sample runs (traces/ and tests/analysis/data/),
+and the check that every test is marked exactly one of unit / committed / live."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def _analysis_cache_outside_the_repo(tmp_path_factory):
     yield
     os.environ.pop("WORKBENCH_CACHE_DIR", None)
 TRACES = ROOT / "traces"
+DATA = ROOT / "tests" / "analysis" / "data"  # committed test runs: GPU runs of tests/scripts/gpu_*.py and others
 EXAMPLE = ROOT / "workbench" / "examples" / "slow_data_ddp.py"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -82,3 +85,32 @@ def profiled_slow(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("prof") / "slow"
     r = workbench("profile", "--nproc-per-node", "2", "--out", out, EXAMPLE, "--num-workers", "0")
     return r, out
+
+
+FAULTS = SCRIPTS / "faults_ddp.py"
+FAULT_VARIANTS = {
+    "healthy": [],
+    "straggler": ["--straggler-rank", "1"],
+    "redundant": ["--redundant-allgather", "--micro-batches", "2", "--dim", "256", "--batch-size", "1024",
+                  "--loss-spike-step", "4"],
+    "fsdp_regather": ["--fsdp", "--micro-batches", "4", "--dim", "256", "--batch-size", "1024"],
+    "fsdp_kept": ["--fsdp", "--micro-batches", "4", "--keep-unsharded", "--dim", "256", "--batch-size", "1024"],
+}
+
+
+@pytest.fixture(scope="session")
+def fault_runs(tmp_path_factory):
+    """Real 2-rank gloo runs of tests/scripts/faults_ddp.py (~5 s each): name → run directory; each
+    made lazily on first use."""
+    root = tmp_path_factory.mktemp("faults")
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            out = root / name
+            r = workbench("profile", "--no-analyze", "--nproc-per-node", "2", "--out", out, FAULTS, *FAULT_VARIANTS[name])
+            assert r.returncode == 0, r.stderr[-3000:]
+            made[name] = out
+        return made[name]
+
+    return get

@@ -21,7 +21,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import SCRIPTS, TRACES, workbench
 from workbench.analysis.comm import comm_overlap
 from workbench.analysis.events import comm_threads, main_thread

@@ -287,7 +287,7 @@ def test_a_llama_shaped_trainer_is_its_own_print(run, recompute, accum, fsdp):
     ran (selective: every second block, torchtitan's layer policy)."""
     import re
 
-    from tests.analysis.conftest import DATA
+    from tests.conftest import DATA
 
     text = (DATA / run / "console.log").read_text()
     params, non_emb, fpt, tokens = (int(x.replace(",", "")) for x in re.search(LLAMA_LINE, text).groups())
@@ -312,7 +312,7 @@ def test_without_an_embedding_op_the_head_says_the_table(tmp_path):
     import json as _json
     import re
 
-    from tests.analysis.conftest import DATA
+    from tests.conftest import DATA
 
     src = DATA / "llama_cpu_none"
     doc = _json.loads(gzip.decompress((src / "rank0.pt.trace.json.gz").read_bytes()))

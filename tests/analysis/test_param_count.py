@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.memory import count_params, weight_shapes
 from workbench.load.trace import read_trace

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,8 +18,8 @@ import pytest
 import workbench.load.trace as trace_mod
 from workbench.format.errors import TraceError
 from workbench.load.trace import read_trace
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"gpu_fixed_data": "traces/gpu_fixed_data/rank0.pt.trace.json.gz",
          "cpu_ddp_fixed_data": "traces/ddp_fixed_data/rank0.pt.trace.json.gz"}
 BIG = "traces/gpu_fsdp2_370m/rank0.pt.trace.json.gz"  # 40 MB of JSON, ~4 s a layout: slow

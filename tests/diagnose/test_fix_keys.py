@@ -1,11 +1,9 @@
 """Every diagnosis's `fix` names real engine toggles, so diagnose → change one toggle → re-run works."""
 
 import ast
-from pathlib import Path
 
 from workbench.engine.config import config_to_dict, load_config
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def engine_keys() -> set[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.kernel_classes import efficiency
 from workbench.diagnose.efficiency import STALE_GEMM

@@ -14,7 +14,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "workbench"
+from tests.conftest import ROOT
+
+PKG = ROOT / "workbench"
 
 
 def _modules() -> dict[str, Path]:

@@ -20,8 +20,8 @@ from workbench.format.kineto import COMM_NAME, GPU_CATS, LAUNCH_CATS, MODEL_OP, 
 from workbench.load.columns import (COMM_COLUMNS, DECODER, _ARGS_DECODER, _GPU_DECODER, _MEM_DECODER, _SHAPE_DECODER,
                                     _comm_row)
 from workbench.load.trace import read_bytes, read_trace
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TRACES = sorted([*ROOT.glob("traces/*/*.pt.trace.json.gz"), *ROOT.glob("tests/analysis/data/*/*.pt.trace.json.gz")])
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import ROOT, TRACES
 from workbench.pipeline.verdict import analyze_run
 

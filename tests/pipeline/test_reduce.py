@@ -21,8 +21,7 @@ from workbench.pipeline import cache
 from workbench.pipeline import reduce
 from workbench.load import load_run
 from workbench.pipeline.verdict import analyze_run
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def _runs() -> list[Path]:

@@ -12,8 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def _analyze(pkg_root: Path, run: Path, cache: Path) -> dict:

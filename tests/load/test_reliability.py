@@ -409,11 +409,11 @@ def test_reliability_md_matches_what_the_tests_observe(tmp_path, monkeypatch, ca
         ("read_only_out_dir", "`workbench profile --out` inside a `chmod 555` directory", _read_only_out(tmp_path)),
     ]
     assert extra[0][2].exit_code == 2
-    known = [("tests/test_reliability.py::test_mixed_input_dims_on_c10d_ops", KNOWN_FAILURE),
-             ("tests/test_reliability.py::test_input_type_not_a_list", KNOWN_FAILURE_2),
-             ("tests/test_reliability.py::test_mistyped_args_of_a_shape_op_lose_their_details_not_the_trace", KNOWN_FAILURE_3)]
-    known += [(f"tests/test_reliability.py::test_found_by_fuzzing[{name}]", why) for name, why, _ in FOUND]
-    known += [("tests/test_reliability.py::test_step_number_beyond_int64",
+    known = [("tests/load/test_reliability.py::test_mixed_input_dims_on_c10d_ops", KNOWN_FAILURE),
+             ("tests/load/test_reliability.py::test_input_type_not_a_list", KNOWN_FAILURE_2),
+             ("tests/load/test_reliability.py::test_mistyped_args_of_a_shape_op_lose_their_details_not_the_trace", KNOWN_FAILURE_3)]
+    known += [(f"tests/load/test_reliability.py::test_found_by_fuzzing[{name}]", why) for name, why, _ in FOUND]
+    known += [("tests/load/test_reliability.py::test_step_number_beyond_int64",
                "an annotation `ProfilerStep#` + 20 digits raised `OverflowError` in `analysis/steps.py` (step numbers "
                "cast to int64); a step number is now 1-18 digits, as the loader reads it")]
     open_bugs = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.memory import GIB
 from workbench.pipeline.verdict import analyze_run
@@ -23,7 +23,7 @@ def by_id(path):
 def test_healthy_gpu_runs_have_no_warning(path):
     a = analyze_run(path)
     # both scripts train an fp32 MLP with foreach AdamW: busy, but the efficiency rules
-    # rightly find fp32 GEMMs and an unfused optimizer (tests/analysis/test_efficiency_rules.py)
+    # rightly find fp32 GEMMs and an unfused optimizer (tests/diagnose/test_efficiency_rules.py)
     assert [d.id for d in a.diagnoses if d.severity != "info"] == ["fp32_matmul", "unfused_optimizer"]
     assert a.metrics()["gpu_busy_pct"] > 80
 

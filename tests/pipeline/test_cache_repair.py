@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.analysis.test_reduce import same
+from tests.pipeline.test_reduce import same
 from workbench.pipeline.cache import _digest, cache_dir
 from workbench.pipeline.verdict import READS, analyze_run
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 # a GPU run with an unfused optimizer (every efficiency frame holds something) and a CPU
 # pipeline run of two ranks (collectives, point-to-point, pipeline actions)
 RUNS = {"gpu": ROOT / "tests" / "analysis" / "data" / "eff_gpt_forloop", "cpu": ROOT / "traces" / "engine_pp_1f1b_m8"}

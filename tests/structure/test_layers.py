@@ -7,12 +7,12 @@ package imports only packages on lower floors, or its own wing's on the same flo
     top        present, cli, ui, examples (and the package's own __init__ / __main__)
 
 Wings do not import each other: the planner is a pure model, the analysis never plans, capture
-never analyses. Edges come from tests/test_imports.py's graph (every import, function-level too).
+never analyses. Edges come from tests/structure/test_imports.py's graph (every import, function-level too).
 """
 
 from __future__ import annotations
 
-from tests.test_imports import import_graph
+from tests.structure.test_imports import import_graph
 
 FLOOR = {"format": 0, "hardware": 0.5,
          "capture": 1, "engine": 1, "load": 1, "analysis": 1, "diagnose": 1, "pipeline": 1, "plan": 1,

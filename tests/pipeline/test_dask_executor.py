@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
@@ -19,13 +18,12 @@ distributed = pytest.importorskip("distributed")
 from workbench.pipeline import cache  # noqa: E402
 from workbench.format.errors import WorkbenchError  # noqa: E402
 from workbench.pipeline.verdict import analyze_run  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Streamlit's AppTest (tests/test_app.py, same process) leaves its script as __main__; worker
+    # Streamlit's AppTest (tests/ui/test_app.py, same process) leaves its script as __main__; worker
     # processes would import it again (multiprocessing's spawn preparation): give them a bare one
     main = sys.modules["__main__"]
     sys.modules["__main__"] = types.ModuleType("__main__")

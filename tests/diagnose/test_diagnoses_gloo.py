@@ -4,7 +4,7 @@ These runs are timed live, on a machine other jobs share: a rank the OS parks ru
 is what straggler_rank and exposed_communication measure (a healthy run at load ~10 on 2 cores
 read "rank 1 works 1.38x the others"). So what depends on timing is held to margins against
 its planted twin run in the same session, and what the rules must say of a healthy run at
-their thresholds is asserted on the committed runs (tests/analysis/test_committed_runs.py:
+their thresholds is asserted on the committed runs (tests/diagnose/test_committed_runs.py:
 traces/engine_healthy has no warning). Counts (gathers per step, the loss spike) are exact.
 """
 
@@ -52,7 +52,7 @@ def test_straggler_names_the_slow_rank(fault_runs):
     a = analyze_run(fault_runs("straggler"))
     d = found(a, "straggler_rank")
     # the rule names the slow rank live; its severity is held on the committed twin
-    # (tests/analysis/test_committed_runs.py: 4.7x, critical), a live run under load read 1.24x
+    # (tests/diagnose/test_committed_runs.py: 4.7x, critical), a live run under load read 1.24x
     assert d is not None, a.diagnoses
     assert d.ranks == [1] and d.evidence["rank"] == 1
     assert d.evidence["work_ratio"] >= 1.1
