@@ -30,6 +30,29 @@ EXAMPLE = ROOT / "workbench" / "examples" / "slow_data_ddp.py"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
+KINDS = ("unit", "committed", "live")
+_MISCLASSIFIED = pytest.StashKey[list]()
+
+
+def misclassified(items) -> list[str]:
+    """``nodeid: kinds`` of each item that carries no or more than one of KINDS."""
+    out = []
+    for item in items:
+        kinds = sorted({m.name for m in item.iter_markers() if m.name in KINDS})
+        if len(kinds) != 1:
+            out.append(f"{item.nodeid}: {', '.join(kinds) or 'none'}")
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked, selected or not
+def pytest_collection_modifyitems(config, items):
+    config.stash[_MISCLASSIFIED] = misclassified(items)
+
+
+def misclassified_in_session(config) -> list[str]:
+    return config.stash.get(_MISCLASSIFIED, [])
+
+
 def run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a command, capture its output, fail the test with the output if it hangs."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))

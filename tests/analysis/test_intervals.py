@@ -1,6 +1,9 @@
 import numpy as np
+import pytest
 
 from workbench.analysis.intervals import exclusive_lengths, merge, overlap_length, union_length
+
+pytestmark = pytest.mark.unit
 
 
 def iv(*pairs):

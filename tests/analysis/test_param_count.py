@@ -12,6 +12,8 @@ from tests.conftest import TRACES
 from workbench.analysis.memory import count_params, weight_shapes
 from workbench.load.trace import read_trace
 
+pytestmark = pytest.mark.committed
+
 
 def _mlp(d: int) -> int:
     # slow_data_ddp.py: Linear(d, 4d), Linear(4d, 4d), Linear(4d, 1), with biases

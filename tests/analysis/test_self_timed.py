@@ -41,11 +41,13 @@ def own_step_ms(own: dict, job: dict) -> float:
     return own["mean_ms"]
 
 
+@pytest.mark.committed
 def test_the_self_timed_corpus_is_there():
     names = {e.name for e in SELF_TIMED}
     assert {"nanogpt_bf16_gpu", "nanogpt_fp32_gpu", "nanogpt_bench_gpu", "imagenet_j1_gpu", "imagenet_j8_gpu"} <= names
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("entry", SELF_TIMED, ids=lambda e: e.name)
 def test_step_time_is_the_scripts_own(entry):
     run = TRACES / "corpus" / entry.name
@@ -59,6 +61,7 @@ def test_step_time_is_the_scripts_own(entry):
     assert s["steps_covered"].startswith("the job: unprofiled steps")
 
 
+@pytest.mark.committed
 def test_the_correction_matters_where_the_profiler_stretched_the_steps():
     """nanoGPT bf16 (a host-sensitive loop): its recorded steps ran > 20 % longer than the job's."""
     e = corpus.BY_NAME["nanogpt_bf16_gpu"]
@@ -70,6 +73,7 @@ def test_the_correction_matters_where_the_profiler_stretched_the_steps():
     assert s["capture_overhead"]["ratio"] > 1.15 and s["capture_overhead"]["export_ms"] > 500
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("entry", [e for e in SELF_TIMED if e.timer.mfu_regex], ids=lambda e: e.name)
 def test_mfu_is_the_scripts_own(entry):
     """The workbench's MFU counts the model's FLOPs by the script's own convention (nanoGPT:
@@ -91,6 +95,7 @@ def test_mfu_is_the_scripts_own(entry):
     assert eff["hfu_bf16_pct"] != eff["mfu_bf16_pct"]
 
 
+@pytest.mark.committed
 def test_a_cpu_loop_that_times_itself():
     """traces/self_timed_cpu: 5 ms steps of small ops that the CPU profiler stretched 1.85×."""
     run = TRACES / "self_timed_cpu"
@@ -112,6 +117,7 @@ def test_a_cpu_loop_that_times_itself():
     assert "note: the profiled steps took" in text and "capture overhead: recorded steps" in text
 
 
+@pytest.mark.live
 @pytest.mark.slow  # a live run under workbench profile (~5 s)
 def test_a_live_cpu_loop_matches_its_own_timer(tmp_path):
     out = tmp_path / "run"

@@ -7,6 +7,8 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.measure import measure, measure_ok
 from benchmarks.synthetic import build, minify, source_file
 from tests.conftest import ROOT, TRACES
@@ -22,6 +24,7 @@ print(sum(p.wait() for p in ps))
 """
 
 
+@pytest.mark.live
 def test_memory_is_summed_over_the_process_tree():
     one, out1 = measure_ok([sys.executable, "-c", CHILDREN, "1"])
     three, out3 = measure_ok([sys.executable, "-c", CHILDREN, "3"])
@@ -34,11 +37,13 @@ def test_memory_is_summed_over_the_process_tree():
     assert three["wall_s"] >= 1.5 and three["cpu_s"] > 0
 
 
+@pytest.mark.live
 def test_a_failure_or_a_timeout_is_a_status():
     assert measure([sys.executable, "-c", "raise SystemExit(3)"])["status"] == "failed"
     assert measure([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)["status"] == "timeout"
 
 
+@pytest.mark.committed
 def test_a_built_trace_replicates_the_steps_in_both_layouts(tmp_path):
     src = source_file(TRACES / "gpu_fixed_data")
     one = read_trace(src)
@@ -50,6 +55,7 @@ def test_a_built_trace_replicates_the_steps_in_both_layouts(tmp_path):
     assert mini.stat().st_size < out.stat().st_size and read_trace(mini).n_events == big.n_events
 
 
+@pytest.mark.unit
 def test_benchmark_scripts_import_the_helpers_as_a_package():
     for f in sorted((ROOT / "benchmarks").glob("*.py")):
         tree = ast.parse(f.read_text())

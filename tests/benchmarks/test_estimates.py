@@ -11,6 +11,8 @@ import pytest
 
 from benchmarks import estimates
 
+pytestmark = pytest.mark.committed
+
 
 @pytest.mark.parametrize("pair", estimates.PAIRS, ids=lambda p: p.before.split("/")[-1])
 def test_estimate_within_goal_or_a_known_miss(pair):

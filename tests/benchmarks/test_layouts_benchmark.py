@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 def test_tp_layout_row_counts_the_shared_batch_once(tmp_path):

@@ -18,6 +18,7 @@ def parity_line(stdout: str) -> dict:
     return json.loads(next(line for line in stdout.splitlines() if line.startswith("PARITY "))[len("PARITY "):])
 
 
+@pytest.mark.unit
 def test_single_rank_env_keeps_a_given_rendezvous():
     env = single_rank_env({"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29555"})
     assert env["MASTER_ADDR"] == "10.0.0.7" and env["MASTER_PORT"] == "29555"
@@ -27,6 +28,7 @@ def test_single_rank_env_keeps_a_given_rendezvous():
         {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_a_torchrun_script_runs_and_is_traced_at_one_rank(tmp_path):
     out = tmp_path / "run"
@@ -46,6 +48,7 @@ def test_a_torchrun_script_runs_and_is_traced_at_one_rank(tmp_path):
     assert any(e.get("name") == "c10d::allreduce_" for e in trace["traceEvents"])
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_a_given_master_port_is_kept(tmp_path):
     port = str(_free_port())

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import EXAMPLE, SCRIPTS, load_json_trace, workbench
 from workbench.format import contract
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 def test_profile_two_ranks_writes_the_contract(profiled_slow):

@@ -1,8 +1,12 @@
 import csv
 import time
 
+import pytest
+
 from workbench.capture.sampler import FakeNvml, Sampler
 from workbench.format.contract import NVML_COLUMNS
+
+pytestmark = pytest.mark.unit
 
 
 def test_fake_nvml_rows_written_with_contract_columns(tmp_path):

@@ -99,6 +99,7 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> int:
 
 
 # ---- N = 1 -------------------------------------------------------------------------------------
+@pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_signal_ends_the_run_cleanly_and_keeps_the_capture(tmp_path, sig):
@@ -119,6 +120,7 @@ def test_signal_ends_the_run_cleanly_and_keeps_the_capture(tmp_path, sig):
         assert "verdict" in output(out, "stdout")
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_sigint_twice_and_again_during_the_verdict(tmp_path):
     """Ctrl-C, Ctrl-C while the rank saves, Ctrl-C during the verdict: exit 130, no traceback."""
@@ -143,6 +145,7 @@ def test_sigint_twice_and_again_during_the_verdict(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_the_scripts_own_sigterm_handler_is_kept(tmp_path):
     out = tmp_path / "run"
@@ -157,6 +160,7 @@ def test_the_scripts_own_sigterm_handler_is_kept(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     out = tmp_path / "run"
@@ -173,6 +177,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_max_steps_is_a_clean_stop_recorded_in_the_manifest(tmp_path):
     r = subprocess.run([sys.executable, "-m", "workbench", "profile", "--out", str(tmp_path / "stop"), "--max-steps", "6",
@@ -186,6 +191,7 @@ def test_max_steps_is_a_clean_stop_recorded_in_the_manifest(tmp_path):
 
 
 # ---- N = 2 through torchrun ------------------------------------------------------------------------
+@pytest.mark.live
 @pytest.mark.slow
 def test_sigterm_reaches_every_rank_through_torchrun(tmp_path):
     out = tmp_path / "run"
@@ -202,6 +208,7 @@ def test_sigterm_reaches_every_rank_through_torchrun(tmp_path):
     assert_nothing_left(out)
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_stops_the_job_and_is_named(tmp_path):
     out = tmp_path / "run"
@@ -231,6 +238,7 @@ def _rank_files(run: Path, rank: int, status: dict | None) -> None:
         (run / f"status_rank{rank}.json").write_text(json.dumps(dict(rank=rank, **status)))
 
 
+@pytest.mark.unit
 def test_manifest_names_the_rank_that_died(tmp_path):
     m = start_manifest(tmp_path, ["workbench", "profile", "x.py"], 2, (1, 1, 3))
     _rank_files(tmp_path, 0, {"exit_code": 143, "error": "interrupted by SIGTERM", "signal": "SIGTERM"})
@@ -242,6 +250,7 @@ def test_manifest_names_the_rank_that_died(tmp_path):
     assert "ranks_died" not in finish_manifest(tmp_path, start_manifest(tmp_path, [], 2, (1, 1, 3)), 0, job_ended=False)
 
 
+@pytest.mark.unit
 def test_manifest_clean_stop_is_ok_and_says_why(tmp_path):
     m = start_manifest(tmp_path, ["workbench", "profile", "x.py"], 1, (1, 1, 3))
     _rank_files(tmp_path, 0, {"exit_code": 0, "stopped": "max_steps", "steps_from": "optimizer", "signal": None})

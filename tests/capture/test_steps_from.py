@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import EXAMPLE, SCRIPTS, load_json_trace, workbench
 from workbench.capture.steps import AUTO_BACKWARD_LIMIT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 LOOP = SCRIPTS / "steps_loop.py"
 
 

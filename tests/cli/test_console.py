@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import TRACES, workbench
 
 
+@pytest.mark.live
 def test_analyze_prints_the_verdict_on_stdout(tmp_path):
     run = tmp_path / "ddp_slow_data"
     shutil.copytree(TRACES / "ddp_slow_data", run, ignore=shutil.ignore_patterns(".workbench-cache"))
@@ -20,12 +21,14 @@ def test_analyze_prints_the_verdict_on_stdout(tmp_path):
         assert "verdict" not in r.stderr
 
 
+@pytest.mark.live
 def test_compare_prints_its_table_on_stdout():
     r = workbench("compare", TRACES / "ddp_slow_data", TRACES / "ddp_fixed_data")
     assert r.returncode == 0, r.stderr
     assert "step_ms" in r.stdout and "measured speed-up" in r.stdout and "step_ms" not in r.stderr
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("analyze", [True, False])
 def test_profile_and_train_end_alike(capsys, analyze):
     """cli.cmd_profile and engine.cli._train_profiled both end in console.finish_profiled_run."""

@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import ROOT, TRACES, run
 
+pytestmark = pytest.mark.live
+
 SEVERE = ("warning", "critical")
 LADDER = ROOT / "case_studies/utilisation_30_to_85/ladder.py"
 RUNGS = ("0_baseline", "1_more_workers", "2_preload_shm", "3_no_redundant_allgather")

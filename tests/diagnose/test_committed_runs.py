@@ -22,6 +22,7 @@ def serious(run: str) -> set[str]:
     return {i for i, s in diag(run).items() if s in SEVERE}
 
 
+@pytest.mark.committed
 def test_healthy_engine_run_has_no_warning():
     """What the rules say of a healthy 2-rank run, on a committed one (the live gloo twins in
     test_diagnoses_gloo.py hold timing-based rules to margins only: load on the machine moves them)."""
@@ -30,6 +31,7 @@ def test_healthy_engine_run_has_no_warning():
     assert metrics["exposed_comm_pct"] < 20 and metrics["straggler_work_ratio"] < 1.1
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("rule,fires,quiet", [
     ("dataloader_stall", "fault_slow_data", "engine_healthy"),
     ("dataloader_stall", "ddp_slow_data", "ddp_fixed_data"),
@@ -47,6 +49,7 @@ def test_rule_fires_on_the_planted_problem_only(rule, fires, quiet):
     assert rule not in serious(quiet), (quiet, diag(quiet))
 
 
+@pytest.mark.committed
 def test_straggler_names_rank_1():
     d = next(d for d in analyze_run(TRACES / "fault_straggler").diagnoses if d.id == "straggler_rank")
     assert d.ranks == [1] and d.evidence["rank"] == 1
@@ -55,6 +58,7 @@ def test_straggler_names_rank_1():
     assert d.severity == "critical" and d.evidence["work_ratio"] >= 3.0
 
 
+@pytest.mark.committed
 def test_pipeline_bubble_is_larger_with_fewer_microbatches():
     from workbench.analysis.frames import RankFrames
     from workbench.diagnose.pipeline import PP_BUBBLE
@@ -75,11 +79,13 @@ def test_pipeline_bubble_is_larger_with_fewer_microbatches():
     assert d.evidence["bubble_pct"] == pytest.approx(m2, abs=1.0)
 
 
+@pytest.mark.committed
 def test_oom_risk_reports_headroom_in_gib():
     d = next(d for d in analyze_run(TRACES / "gpu_memory_heavy").diagnoses if d.id == "oom_risk")
     assert any("headroom" in k and "gib" in k.lower() for k in d.evidence), d.evidence
 
 
+@pytest.mark.live
 def test_compare_slow_and_fixed_data_cli():
     """`workbench compare --json` on the gloo slow-data run and its fixed twin."""
     import json
@@ -95,6 +101,7 @@ def test_compare_slow_and_fixed_data_cli():
     assert resolved["dataloader_stall"]["within_estimate"] is True
 
 
+@pytest.mark.committed
 def test_nccl_collectives_read_from_record_param_comms():
     """A real NCCL trace (FSDP2, one H200, world size 1: only the loss all-reduce communicates):
     the inventory's size, dtype and group come from record_param_comms' metadata."""
@@ -106,6 +113,7 @@ def test_nccl_collectives_read_from_record_param_comms():
     assert c["calls_per_step"] == 1
 
 
+@pytest.mark.committed
 def test_training_instability_points_at_the_step_after_the_lr_spike():
     # the engine multiplied the learning rate by 1000 for optimizer step 4: step 5 is the first
     # loss computed with the damaged weights

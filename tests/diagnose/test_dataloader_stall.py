@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import load_json_trace, workbench
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 def direct_share_pct(trace_dir: Path) -> float:

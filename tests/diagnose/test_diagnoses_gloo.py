@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import load_json_trace
 from workbench.pipeline.verdict import analyze_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 def found(analysis, rule_id):

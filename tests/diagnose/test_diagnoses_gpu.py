@@ -12,6 +12,8 @@ from tests.conftest import TRACES
 from workbench.analysis.memory import GIB
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 HEALTHY = [TRACES / "gpu_fixed_data", DATA / "gpu_healthy"]
 
 

@@ -16,6 +16,8 @@ from workbench.analysis.kernel_classes import efficiency
 from workbench.diagnose.efficiency import STALE_GEMM
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 FP32 = TRACES / "gpu_fixed_data"
 BF16 = TRACES / "case_gpu_2_preload_shm"
 EFFICIENCY_IDS = {"low_mfu", "fp32_matmul", "unfused_elementwise", "unfused_optimizer", "attention_math",

@@ -2,8 +2,12 @@
 
 import ast
 
+import pytest
+
 from workbench.engine.config import config_to_dict, load_config
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit
 
 
 def engine_keys() -> set[str]:

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from workbench.format import manifest
 from workbench.format.errors import TraceError
 
+pytestmark = pytest.mark.unit
+
 FUZZ = settings(derandomize=True, max_examples=300, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
                 phases=[Phase.explicit, Phase.generate])

@@ -21,6 +21,7 @@ def rows(**cols):
     return [{k: v[i] for k, v in cols.items()} for i in range(n)]
 
 
+@pytest.mark.unit
 def test_phases_from_the_profiler_column_or_the_schedule():
     new = rows(step=[0, 1, 2, 3], profiled=[0, 0, 1, 0], profiler=["off", "warmup", "record", "off"])
     assert phases(new) == ["off", "warmup", "record", "off"]
@@ -30,6 +31,7 @@ def test_phases_from_the_profiler_column_or_the_schedule():
     assert steady_mask(old, phases(old, warmup=2)) == [False, False, False, False, False, True]
 
 
+@pytest.mark.unit
 def test_the_export_pause_is_in_no_step():
     # before capture_ms, the GPU time of the step after the window held the export: no time
     old = rows(step=[1, 2, 3], profiled=[0, 1, 0], step_ms=["10", "15", "10"], gpu_step_ms=["10", "15", "2510"])
@@ -42,6 +44,7 @@ def test_the_export_pause_is_in_no_step():
     assert o["export_ms"] == 2500 and o["ratio"] == pytest.approx(15 / 10.5, abs=1e-3)
 
 
+@pytest.mark.committed
 def test_committed_run_overhead_matches_its_rows_by_hand():
     m = json.loads((RUN / "manifest.json").read_text())
     with (RUN / "steps_rank0.csv").open() as fh:

@@ -32,6 +32,7 @@ def assert_same_trace(a, b) -> None:
            (b.distributed, b.devices, b.base_time_ns, b.first_step, b.threads)
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("read_size", [trace_mod.READ_BYTES, 4099])  # small reads: members span reads
 @pytest.mark.parametrize("members,zeros", [(2, 0), (3, 0), (3, 5000)])
 def test_real_trace_as_several_members_gives_the_same_tables(tmp_path, monkeypatch, members, zeros, read_size):
@@ -46,6 +47,7 @@ def test_real_trace_as_several_members_gives_the_same_tables(tmp_path, monkeypat
     assert_same_trace(t, read_trace(REAL))
 
 
+@pytest.mark.committed
 def test_trailing_garbage_after_a_member_is_corrupt_in_one_line(tmp_path):
     f = tmp_path / "rank0.pt.trace.json.gz"
     f.write_bytes(REAL.read_bytes() + b"not gzip")
@@ -54,6 +56,7 @@ def test_trailing_garbage_after_a_member_is_corrupt_in_one_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.committed
 def test_truncated_second_member_is_truncated_in_one_line(tmp_path):
     data = _members(gzip.decompress(REAL.read_bytes()), 2)
     f = tmp_path / "rank0.pt.trace.json.gz"
@@ -62,6 +65,7 @@ def test_truncated_second_member_is_truncated_in_one_line(tmp_path):
         read_trace(f)
 
 
+@pytest.mark.unit
 def test_decompression_limit_counts_all_members(tmp_path, monkeypatch):
     """Three members of 400 KiB of text each: each under a 1 MiB limit, together over it."""
     monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 1 << 20)

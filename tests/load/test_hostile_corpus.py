@@ -7,6 +7,8 @@ import pytest
 
 from tests import hostile_corpus as hc
 
+pytestmark = pytest.mark.live
+
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[pytest.mark.slow] if c.slow else []) for c in hc.CASES])
 def test_hostile_case(tmp_path, case):

@@ -23,6 +23,7 @@ def write(path, data: bytes):
     return path
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("name,data,problem", [
     ("empty.pt.trace.json", b"", "empty file"),
     ("trunc.pt.trace.json", json.dumps(GOOD).encode()[:-20], "truncated JSON"),
@@ -43,6 +44,7 @@ def test_bad_trace_is_one_clear_error(tmp_path, name, data, problem):
     assert name in r.stderr
 
 
+@pytest.mark.unit
 def test_minimal_trace_and_hand_derived_breakdown(tmp_path):
     f = write(tmp_path / "r.pt.trace.json", json.dumps(GOOD).encode())
     run = load_run(tmp_path)
@@ -59,6 +61,7 @@ def test_minimal_trace_and_hand_derived_breakdown(tmp_path):
     assert f.exists()
 
 
+@pytest.mark.live
 def test_missing_and_non_run_directories(tmp_path):
     r = workbench("analyze", tmp_path / "nope")
     assert r.returncode == 2 and "no such run" in r.stderr
@@ -66,12 +69,14 @@ def test_missing_and_non_run_directories(tmp_path):
     assert r.returncode == 2 and "no manifest.json and no" in r.stderr
 
 
+@pytest.mark.live
 def test_newer_schema_is_refused(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 99}))
     r = workbench("analyze", tmp_path)
     assert r.returncode == 2 and "newer than this workbench" in r.stderr
 
 
+@pytest.mark.unit
 def test_gzip_bomb_is_refused(tmp_path, monkeypatch):
     import workbench.load.trace as t
 

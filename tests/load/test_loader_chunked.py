@@ -81,10 +81,12 @@ def assert_same(t, ref: dict) -> None:
         assert getattr(t, name) == ref[name], name
 
 
+@pytest.mark.committed
 def test_committed_traces_are_found():
     assert len(TRACES) >= 10
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_sliced_equals_whole_file_decode(path, monkeypatch):
     adds = []
@@ -97,6 +99,7 @@ def test_sliced_equals_whole_file_decode(path, monkeypatch):
     assert_same(read_trace(path), ref)  # default slice size: usually one slice plus the tail
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("gz", [False, True])
 def test_minified_trace_is_sliced_too(tmp_path, gz):
     src = ROOT / "traces/gpu_fixed_data/rank0.pt.trace.json.gz"
@@ -107,6 +110,7 @@ def test_minified_trace_is_sliced_too(tmp_path, gz):
     assert_same(read_trace(f, slice_bytes=16 << 10), reference(src))
 
 
+@pytest.mark.unit
 def test_events_key_inside_a_nested_object_is_not_sliced(tmp_path):
     ev = '\n  {\n    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, "dur": 5\n  }'
     body = ",".join(ev % i for i in range(200))

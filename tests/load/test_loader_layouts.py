@@ -89,6 +89,7 @@ PARAMS += [pytest.param(BIG, layout, gz, id=f"gpu_fsdp2_370m-{layout}{'.gz' if g
            for layout, gz in [("minified", True), ("indent4", False), ("events_last_minified", False)]]
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("src,layout,gz", PARAMS)
 def test_other_layouts_stream_to_the_kineto_tables(tmp_path, monkeypatch, src, layout, gz):
     text = LAYOUTS[layout](_doc(src)).encode()
@@ -121,6 +122,7 @@ def _adversarial(n: int, false_seps: int) -> list[dict]:
     return evs
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")], ids=["minified", "spaced"])
 def test_separator_lookalikes_inside_args_step_back(tmp_path, monkeypatch, separators):
     evs = _adversarial(3000, false_seps=4)  # fewer than MAX_SEP_TRIES per event
@@ -151,6 +153,7 @@ def test_separator_lookalikes_inside_args_step_back(tmp_path, monkeypatch, separ
     assert sliced.distributed == {"rank": 0, "nested": [{"a": 1}, {"b": 2}]}
 
 
+@pytest.mark.unit
 def test_too_many_lookalikes_fall_back_to_the_whole_file(tmp_path, monkeypatch):
     evs = _adversarial(2000, false_seps=3 * trace_mod.MAX_SEP_TRIES)
     f = tmp_path / "adv.pt.trace.json"
@@ -161,6 +164,7 @@ def test_too_many_lookalikes_fall_back_to_the_whole_file(tmp_path, monkeypatch):
     assert len(t.events) == 2000 and t.events["ts_us"].is_monotonic_increasing
 
 
+@pytest.mark.committed
 def test_truncated_minified_gzip_is_the_same_one_line_error(tmp_path):
     text = LAYOUTS["minified"](_doc("traces/gpu_fixed_data/rank0.pt.trace.json.gz")).encode()
     f = tmp_path / "min.pt.trace.json.gz"
@@ -171,6 +175,7 @@ def test_truncated_minified_gzip_is_the_same_one_line_error(tmp_path):
     assert "truncated gzip file" in msg and "min.pt.trace.json.gz" in msg and "\n" not in msg
 
 
+@pytest.mark.committed
 def test_truncated_minified_json_is_the_same_one_line_error(tmp_path):
     text = LAYOUTS["minified"](_doc("traces/gpu_fixed_data/rank0.pt.trace.json.gz")).encode()
     f = tmp_path / "min.pt.trace.json"

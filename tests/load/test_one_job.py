@@ -20,7 +20,6 @@ from workbench.load.jobs import CLOCK_TOLERANCE_S
 from workbench.pipeline.verdict import analyze_run
 
 
-
 def copy(tmp_path, run: str, rank: int, name: str | None = None):
     dst = tmp_path / (name or f"{run}_rank{rank}.pt.trace.json.gz")
     shutil.copy(TRACES / run / f"rank{rank}.pt.trace.json.gz", dst)
@@ -42,6 +41,7 @@ def set_aside_warnings(run) -> list[str]:
     return [w for w in run.warnings if w.startswith("set aside")]
 
 
+@pytest.mark.committed
 def test_two_jobs_one_rank_each_are_not_merged(tmp_path):
     # rank 0 of engine_ddp and rank 1 of ddp_slow_data: same world size, backend and process
     # groups, recorded ~11 minutes apart. Merged, rank 1 "works 5.6× the others".
@@ -56,6 +56,7 @@ def test_two_jobs_one_rank_each_are_not_merged(tmp_path):
     assert "straggler_rank" not in {d.id for d in a.diagnoses}
 
 
+@pytest.mark.committed
 @pytest.mark.slow  # reads the 370M GPU trace and analyses the run: ~2.5 s here
 def test_a_world_size_1_trace_among_a_2_rank_job(tmp_path):
     copy(tmp_path, "engine_ddp", 0)
@@ -78,6 +79,7 @@ def later(seconds: float) -> bytes:
     return b'"baseTimeNanoseconds": %d' % (1790857026000000000 + int(seconds * 1e9))
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("old,new,why", [
     (b'"world_size": 2', b'"world_size": 4', "world size 4"),
     (b'"backend": "gloo"', b'"backend": "nccl"', "backend nccl"),
@@ -96,6 +98,7 @@ def test_one_inconsistency_sets_the_trace_aside(tmp_path, old, new, why):
     assert list(run.traces) == [0]
 
 
+@pytest.mark.committed
 def test_the_unedited_copy_is_kept(tmp_path):
     # the control for the edits above: rewriting the JSON alone changes nothing
     copy(tmp_path, "engine_ddp", 0)
@@ -104,6 +107,7 @@ def test_the_unedited_copy_is_kept(tmp_path):
     assert run.set_aside == [] and list(run.traces) == [0, 1] and not set_aside_warnings(run)
 
 
+@pytest.mark.committed
 def test_a_shift_within_the_clock_tolerance_is_kept(tmp_path):
     copy(tmp_path, "engine_ddp", 0)
     span_s = 0.07  # engine_ddp's traces span ~60 ms; shift rank 1 to just inside the tolerance
@@ -111,6 +115,7 @@ def test_a_shift_within_the_clock_tolerance_is_kept(tmp_path):
     assert load_run(tmp_path).set_aside == []
 
 
+@pytest.mark.committed
 def test_same_rank_from_two_processes_is_two_jobs(tmp_path):
     # the same recording under another pid: one rank claimed by two processes at once
     copy(tmp_path, "engine_ddp", 0)
@@ -124,6 +129,7 @@ def test_same_rank_from_two_processes_is_two_jobs(tmp_path):
     assert twin.exists()
 
 
+@pytest.mark.committed
 def test_cycles_of_one_process_keep_the_newest(tmp_path):
     # tensorboard_trace_handler writes a file per cycle, same pid: the newest cycle of each rank wins
     for r in (0, 1):
@@ -137,6 +143,7 @@ def test_cycles_of_one_process_keep_the_newest(tmp_path):
         "rank 0 has several traces; using vm_0.0.pt.trace.json.gz", "rank 1 has several traces; using vm_1.0.pt.trace.json.gz"]
 
 
+@pytest.mark.committed
 def test_the_larger_job_wins(tmp_path):
     copy(tmp_path, "gpu_fsdp2_370m", 0, "a.pt.trace.json.gz")  # rank 0 of a world-size-1 job, newer
     copy(tmp_path, "ddp_slow_data", 0)
@@ -149,6 +156,7 @@ def test_the_larger_job_wins(tmp_path):
 MULTI_RANK = sorted(d.name for d in TRACES.iterdir() if len(list(d.glob("rank*.pt.trace.json.gz"))) > 1)
 
 
+@pytest.mark.committed
 @pytest.mark.slow  # parses every committed run: ~9 s here
 def test_every_committed_multi_rank_run_is_one_job():
     assert len(MULTI_RANK) >= 10
@@ -158,6 +166,7 @@ def test_every_committed_multi_rank_run_is_one_job():
         assert len(run.traces) == run.world_size > 1, name
 
 
+@pytest.mark.committed
 def test_manifest_run_directory_sets_aside_a_foreign_trace(tmp_path):
     d = tmp_path / "run"
     shutil.copytree(TRACES / "engine_ddp", d)
@@ -169,6 +178,7 @@ def test_manifest_run_directory_sets_aside_a_foreign_trace(tmp_path):
     assert "old.pt.trace.json.gz (" in w and "before the run started" in w
 
 
+@pytest.mark.committed
 def test_manifest_world_size_disagrees(tmp_path):
     d = tmp_path / "run"
     shutil.copytree(TRACES / "engine_ddp", d)
@@ -179,6 +189,7 @@ def test_manifest_world_size_disagrees(tmp_path):
     assert "world size 2, the manifest says 4" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.committed
 def test_no_trace_of_the_manifest_job_is_an_error(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -190,6 +201,7 @@ def test_no_trace_of_the_manifest_job_is_an_error(tmp_path):
     assert "rank0.pt.trace.json.gz" in str(e.value) and "before the run started" in str(e.value)
 
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_cli_on_a_mix_warns_and_exits_0(tmp_path):
     copy(tmp_path, "engine_ddp", 0)

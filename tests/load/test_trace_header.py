@@ -22,6 +22,7 @@ REAL_DEVICE = {"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109880320, "
                "maxThreadsPerBlock": 1024, "numSms": 132}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value,lo,expected", [
     (3, 0, 3), ("3", 0, 3), (" 3 ", 0, 3), ("+3", 0, 3), (3.0, 0, 3), (2**62, 0, 2**62),
     (3.5, 0, None), ("3.0", 0, None), ("1_0", 0, None), ("٣", 0, None), ("", 0, None), ("x", 0, None),
@@ -39,6 +40,7 @@ class _Header(msgspec.Struct):
     baseTimeNanoseconds: Any = None
 
 
+@pytest.mark.committed
 def test_every_committed_trace_header_passes_unchanged():
     """The checks must not cost real traces anything: all committed traces (CPU/gloo, H200/NCCL,
     1–8 ranks) keep their header fields exactly."""
@@ -58,6 +60,7 @@ def test_every_committed_trace_header_passes_unchanged():
     assert seen_pg and seen_device
 
 
+@pytest.mark.unit
 def test_distributed_info_coerces_or_leaves_out_what_does_not_fit():
     assert distributed_info(REAL_DIST) == REAL_DIST
     raw = {"rank": "1", "world_size": 2.0, "backend": ["gloo"], "pg_count": -3, "nccl_version": "2.21.5",
@@ -80,6 +83,7 @@ def test_distributed_info_coerces_or_leaves_out_what_does_not_fit():
         assert distributed_info(bad) == {}
 
 
+@pytest.mark.unit
 def test_device_properties_keeps_dicts_and_well_typed_keys():
     assert device_properties([REAL_DEVICE]) == [REAL_DEVICE]
     assert device_properties([None, "H200", [1], {"name": 5, "totalGlobalMem": "80GB", "computeMajor": 9.0,
@@ -93,6 +97,7 @@ def _events():
             {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 20, "dur": 5, "pid": 1, "tid": 1}]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("header", [
     {"distributedInfo": [1, 2], "deviceProperties": {"name": "H200"}, "baseTimeNanoseconds": "soon", "schemaVersion": "1"},
     {"distributedInfo": {"rank": [0], "world_size": "x", "pg_config": {"0": 1}}, "deviceProperties": [None],
@@ -109,6 +114,7 @@ def test_trace_with_a_mistyped_header_loads_without_it(tmp_path, header):
     assert t.first_step == (3, 10.0) and len(t.events) == 2
 
 
+@pytest.mark.unit
 def test_trace_with_int_like_header_values_is_read_as_ints(tmp_path):
     f = tmp_path / "rank0.pt.trace.json"
     f.write_text(json.dumps({"distributedInfo": {"rank": "1", "world_size": 2.0, "backend": "nccl"},
@@ -118,6 +124,7 @@ def test_trace_with_int_like_header_values_is_read_as_ints(tmp_path):
     assert t.distributed == {"rank": 1, "world_size": 2, "backend": "nccl"}
 
 
+@pytest.mark.committed
 def test_real_trace_header_is_read_unchanged():
     t = read_trace(TRACES / "engine_ddp" / "rank0.pt.trace.json.gz")
     assert t.distributed == REAL_DIST and (t.rank, t.world_size) == (0, 2)

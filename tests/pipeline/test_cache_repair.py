@@ -66,6 +66,7 @@ def _drop(name):
 NAMES = [f.name for f in READS]
 
 
+@pytest.mark.unit
 def test_every_frame_kind_of_the_old_cache_is_still_a_frame():
     """The frame kinds older caches held (windows and breakdown were "__windows" and
     "__breakdown"; has_gpu is the trace's metadata now) are all in the registry."""
@@ -76,6 +77,7 @@ def test_every_frame_kind_of_the_old_cache_is_still_a_frame():
     assert old <= set(NAMES)
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("kind", sorted(RUNS))
 @pytest.mark.parametrize("name", NAMES)
 def test_a_deleted_frame_is_recomputed(cached, kind, name, capsys):
@@ -85,6 +87,7 @@ def test_a_deleted_frame_is_recomputed(cached, kind, name, capsys):
     assert f"no frame {name}" in capsys.readouterr().err
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("kind", sorted(RUNS))
 def test_garbled_frames_are_recomputed(cached, kind, capsys):
     """Every JSON frame replaced by a value of the wrong shape: recomputed, with one note."""
@@ -98,6 +101,7 @@ def test_garbled_frames_are_recomputed(cached, kind, capsys):
     assert "ignoring an unreadable analysis cache" in capsys.readouterr().err
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("kind", sorted(RUNS))
 def test_a_truncated_table_is_recomputed(cached, kind, capsys):
     """A Parquet file cut short (a disk that filled while writing): recomputed, with one note."""
@@ -114,6 +118,7 @@ def _kernel_count(rf):
     return int(rf.trace.events["is_gpu"].sum())
 
 
+@pytest.mark.committed
 def test_a_frame_the_summaries_lack_is_computed_from_the_trace(cached):
     """Rules and pages may ask for any frame: one the summaries do not hold is computed from the
     rank's trace, read again (``Context.missed`` says which), with the frames it needs computed
@@ -134,6 +139,7 @@ def test_a_frame_the_summaries_lack_is_computed_from_the_trace(cached):
     assert sorted(a.context.missed) == [("saved:unfused_optimizer", 0), ("test:kernel_count", 0)]
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("kind", sorted(RUNS))
 def test_an_index_edited_by_hand_is_recomputed(cached, kind, capsys):
     """A rank renamed in index.json (1 → 7, or 0 → 7 on a one-rank run) without its digest: the
@@ -147,6 +153,7 @@ def test_an_index_edited_by_hand_is_recomputed(cached, kind, capsys):
     assert "does not match its digest" in capsys.readouterr().err
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("kind", sorted(RUNS))
 def test_a_signed_index_whose_ranks_disagree_with_the_traces_is_recomputed(cached, kind, capsys):
     """Signed, but rank 7 where the trace's distributedInfo (or its world size) says otherwise."""
@@ -157,6 +164,7 @@ def test_a_signed_index_whose_ranks_disagree_with_the_traces_is_recomputed(cache
     assert "rank 7" in capsys.readouterr().err
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("body", [{}, "x", {"json_schema": "workbench.analyze/1", "run": {}, "diagnoses": []}],
                          ids=["empty", "text", "no_summary"])
 def test_a_signed_result_that_is_no_analysis_is_not_served(cached, body, capsys):

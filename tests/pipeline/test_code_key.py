@@ -12,7 +12,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.live
 
 
 def _analyze(pkg_root: Path, run: Path, cache: Path) -> dict:

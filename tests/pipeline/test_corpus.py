@@ -38,6 +38,7 @@ def _entry(name):
     return TABLE.BY_NAME[name]
 
 
+@pytest.mark.unit
 def test_corpus_covers_the_required_kinds_of_script():
     """At least 8 public scripts, from more than one project, on both machines."""
     assert len(TABLE.ENTRIES) >= 8
@@ -48,6 +49,7 @@ def test_corpus_covers_the_required_kinds_of_script():
         assert len(e.commit) == 40 and e.why, e.name
 
 
+@pytest.mark.committed
 def test_every_committed_run_is_in_the_table_and_the_readme():
     readme = (TRACES / "README.md").read_text()
     assert COMMITTED, "no run under traces/corpus/"
@@ -56,6 +58,7 @@ def test_every_committed_run_is_in_the_table_and_the_readme():
         assert f"`corpus/{name}`" in readme, name
 
 
+@pytest.mark.unit
 def test_commands_run_the_script_unmodified_under_workbench_profile():
     e = _entry("word_lm_cpu")
     cmd = TABLE.command(e, ROOT / "runs" / "x")
@@ -65,6 +68,7 @@ def test_commands_run_the_script_unmodified_under_workbench_profile():
     assert ddp[ddp.index("--nproc-per-node") + 1] == "2"
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("name", COMMITTED)
 def test_committed_run_matches_its_row(name):
     e = _entry(name)
@@ -89,6 +93,7 @@ def test_committed_run_matches_its_row(name):
         assert unwanted not in ids, (name, sorted(ids))
 
 
+@pytest.mark.committed
 def test_committed_runs_carry_no_machine_paths():
     """Fixtures are shared as they are: no absolute path of the machine that made them."""
     import gzip

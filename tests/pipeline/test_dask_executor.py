@@ -46,6 +46,7 @@ def run_copy(tmp_path):
     return dst
 
 
+@pytest.mark.live
 def test_dask_cluster_gives_the_local_json(cluster, run_copy):
     address = cluster.scheduler_address  # tcp://127.0.0.1:PORT
     local = analyze_run(run_copy, workers=1, cache=False).to_json()
@@ -58,6 +59,7 @@ def test_dask_cluster_gives_the_local_json(cluster, run_copy):
     assert os.getpid() not in pids and len(pids) == 2
 
 
+@pytest.mark.live
 def test_cli_executor_flag(cluster, run_copy):
     address = cluster.scheduler_address.removeprefix("tcp://")
     out = subprocess.run([sys.executable, "-m", "workbench", "analyze", str(run_copy), "--json", "--no-cache",
@@ -68,6 +70,7 @@ def test_cli_executor_flag(cluster, run_copy):
     assert not (run_copy / cache.CACHE_DIR).exists()
 
 
+@pytest.mark.committed
 def test_unreachable_scheduler_is_one_line(run_copy):
     with pytest.raises(WorkbenchError, match="cannot reach the Dask scheduler"):
         analyze_run(run_copy, executor="dask://127.0.0.1:9", cache=False)

@@ -108,6 +108,7 @@ def _readme_rows() -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.committed
 def test_the_corpus_is_the_table_and_the_readme():
     """Every committed directory has its row here and in the README, with a source and a licence;
     the kinds the issue asks for are covered; the corpus stays small."""
@@ -123,6 +124,7 @@ def test_the_corpus_is_the_table_and_the_readme():
     assert sum(f.stat().st_size for f in PUBLIC.rglob("*") if f.is_file()) < 10 << 20
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("name", NAMES)
 def test_public_trace_matches_its_row(docs, name):
     r, doc = TABLE[name], _doc(docs, name)
@@ -161,6 +163,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.live
 def test_a_directory_of_traces_under_other_names_is_a_run_and_says_what_it_took(tmp_path):
     """HTA's names (``rank-0.json.gz``, ``sampled_rank-1.json.gz``), a plain ``trace.json``, the
     manifest-less directory with a config and an execution trace beside them: the traces are taken,
@@ -189,6 +192,7 @@ def test_a_directory_of_traces_under_other_names_is_a_run_and_says_what_it_took(
     assert text.returncode == 0 and f"warning: {note}" in " ".join(text.stdout.split()), text.stdout  # the result, warnings included, is stdout
 
 
+@pytest.mark.live
 def test_a_directory_with_no_trace_says_what_it_skipped(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     out = workbench("analyze", tmp_path)
@@ -198,6 +202,7 @@ def test_a_directory_with_no_trace_says_what_it_skipped(tmp_path):
         "(skipped 1: config.json (no traceEvents: not a Kineto/Chrome trace)); is this a run directory?"]
 
 
+@pytest.mark.committed
 def test_ranks_come_from_distributed_info_then_the_name_then_the_order(tmp_path):
     """Two rank-less traces of different processes: named ``rank-5``/``rank_7`` they are ranks 5
     and 7; named otherwise they take ranks 0 and 1 by file order, said in a warning. A trace's
@@ -220,6 +225,7 @@ def test_ranks_come_from_distributed_info_then_the_name_then_the_order(tmp_path)
     assert sorted(analyze_run(ranked, workers=1, cache=False).run.ranks) == [2]
 
 
+@pytest.mark.committed
 def test_a_single_trace_file_and_a_workbench_run_directory_are_read_as_before():
     one = analyze_run(PUBLIC / "hta_mi250" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", workers=1, cache=False)
     assert list(one.run.ranks) == [0] and not any(w.startswith("took ") for w in one.run.warnings)
@@ -227,6 +233,7 @@ def test_a_single_trace_file_and_a_workbench_run_directory_are_read_as_before():
     assert sorted(own.run.ranks) == [0, 1] and not any(w.startswith("took ") for w in own.run.warnings)
 
 
+@pytest.mark.unit
 def test_chrome_array_traces_are_taken_and_broken_foreign_files_skipped(tmp_path):
     """A top-level array of events (Chrome's other layout) under a plain name is a trace; a corrupt
     gzip under a foreign name is skipped with why (under a ``*.pt.trace.json.gz`` name it stays an
@@ -244,6 +251,7 @@ def test_chrome_array_traces_are_taken_and_broken_foreign_files_skipped(tmp_path
     assert list(a.run.ranks) == [0] and any(w.startswith("took 1 trace file: trace.json; skipped 2") for w in a.run.warnings)
 
 
+@pytest.mark.unit
 def test_rank_from_name():
     got = {n: discover.rank_from_name(n) for n in ("rank-0.json.gz", "sampled_rank-12.json.gz", "rank3.pt.trace.json.gz",
                                                   "inference_rank_1.json.gz", "rank0_trace_no_pyfn.json.gz",
@@ -296,12 +304,14 @@ RESOLVED = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("name", "props", "key"), RESOLVED, ids=[f"{n}-{k}" for n, _, k in RESOLVED])
 def test_a_device_resolves_from_what_the_trace_carries(name, props, key):
     assert devices.resolve(name, {"name": name, **props}).gpu.key == key
     assert device_peak(devices.label(name, {"name": name, **props})).source.startswith(key + ": ")
 
 
+@pytest.mark.committed
 def test_the_table_covers_the_gpus_people_train_on_dense_and_sourced():
     keys = {g.key for g in devices.GPUS}
     for want in ("V100 SXM2", "V100 PCIe", "T4", "A10", "A10G", "A100 SXM4 40GB", "A100 SXM4 80GB", "A100 PCIe 40GB",
@@ -320,6 +330,7 @@ def test_the_table_covers_the_gpus_people_train_on_dense_and_sourced():
         assert f"| {g.key} |" in readme, g.key
 
 
+@pytest.mark.live
 def test_an_unknown_device_says_so_and_peak_tflops_supplies_the_figure(docs):
     """No deviceProperties: one line naming the option; with ``--peak-tflops`` MFU is computed and
     the peak's source names the option."""
@@ -362,11 +373,13 @@ AMD_KERNELS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("name", "want"), AMD_KERNELS, ids=[n[:40] for n, _ in AMD_KERNELS])
 def test_amd_kernels_are_classified(name, want):
     assert classify(name)[:2] == want
 
 
+@pytest.mark.unit
 def test_tensile_names_state_their_dtype():
     assert tensile_dtype("Cijk_Ailk_Bjlk_SB_MT64x16x16") == "fp32"
     assert tensile_dtype("Cijk_Ailk_Bljk_DB_MT64x16x16") == "fp64"
@@ -375,6 +388,7 @@ def test_tensile_names_state_their_dtype():
     assert classify("Memcpy HtoD (Host -> Device)", "gpu_memcpy")[:2] == ("copy", "memcpy_htod")  # ROCm's Kineto names
 
 
+@pytest.mark.committed
 def test_efficiency_rules_fire_on_amd_as_on_nvidia(docs):
     """The MI300X training trace: the kernel classes, MFU against the MI300X row, and the same
     rules an NVIDIA trace gets (exposed communication over RCCL, low MFU, unfused elementwise)."""
@@ -389,6 +403,7 @@ def test_efficiency_rules_fire_on_amd_as_on_nvidia(docs):
 
 # ---- 4. older and other traces ----------------------------------------------------------------------------
 
+@pytest.mark.committed
 def test_a_trace_without_step_markers_is_one_clear_whole_trace_step(docs):
     doc = _doc(docs, "kineto_autograd_2021")
     assert doc["summary"]["steps"] == 1
@@ -397,6 +412,7 @@ def test_a_trace_without_step_markers_is_one_clear_whole_trace_step(docs):
     assert any("no ProfilerStep#N marker" in w for w in doc["run"]["warnings"])
 
 
+@pytest.mark.committed
 def test_torch_1_9_traces_and_traces_without_distributed_info_are_read(docs):
     old = _doc(docs, "kineto_v100_2021")
     assert old["summary"]["steps"] == 2 and old["run"]["device"] == "Tesla V100-DGXS-32GB"
@@ -406,6 +422,7 @@ def test_torch_1_9_traces_and_traces_without_distributed_info_are_read(docs):
     assert none["run"]["world_size"] == 1 and [r["rank"] for r in none["summary"]["per_rank"]] == [0]
 
 
+@pytest.mark.committed
 def test_the_v100_fp32_trace_gets_fp32_matmul_against_its_fp16_peak(docs):
     """The issue's V100 trace: MFU against the V100's fp32 peak, fp32_matmul held to its fp16
     tensor cores (no bf16 on Volta), and the fix says fp16 with a GradScaler."""

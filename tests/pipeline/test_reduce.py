@@ -86,6 +86,7 @@ def copy_of(tmp_path, monkeypatch):
     return make
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("src", RUNS, ids=[f"{p.parent.name}/{p.name}" for p in RUNS])
 def test_summaries_and_cache_give_the_direct_analysis(src, copy_of):
     path = copy_of(src)
@@ -102,6 +103,7 @@ def test_summaries_and_cache_give_the_direct_analysis(src, copy_of):
 MULTI = [p for p in RUNS if p.name in ("engine_ddp", "engine_zero3", "fault_straggler", "engine_pp_1f1b_m8")]
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("src", MULTI, ids=[p.name for p in MULTI])
 def test_worker_processes_give_the_same_json(src, copy_of):
     path = copy_of(src)
@@ -111,6 +113,7 @@ def test_worker_processes_give_the_same_json(src, copy_of):
     assert not (path / cache.CACHE_DIR).exists(), "--no-cache wrote a cache"
 
 
+@pytest.mark.committed
 def test_cache_is_recomputed_when_a_trace_changes(copy_of, capsys):
     path = copy_of(ROOT / "traces" / "engine_ddp")
     analyze_run(path, workers=1)
@@ -126,6 +129,7 @@ def test_cache_is_recomputed_when_a_trace_changes(copy_of, capsys):
     assert a.verdict and "ignoring an unreadable analysis cache" in capsys.readouterr().err
 
 
+@pytest.mark.committed
 def test_read_only_run_caches_in_the_user_cache_dir(copy_of, tmp_path, monkeypatch):
     if os.geteuid() == 0:
         pytest.skip("root writes into read-only directories")
@@ -140,6 +144,7 @@ def test_read_only_run_caches_in_the_user_cache_dir(copy_of, tmp_path, monkeypat
         path.chmod(0o755)
 
 
+@pytest.mark.unit
 def test_cache_dir_falls_back_when_the_run_is_not_writable(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -148,6 +153,7 @@ def test_cache_dir_falls_back_when_the_run_is_not_writable(tmp_path, monkeypatch
     assert d.parent == tmp_path / "xdg" / "workbench"
 
 
+@pytest.mark.unit
 def test_bad_executor_is_one_line():
     from workbench.format.errors import WorkbenchError
 
@@ -165,6 +171,7 @@ def _cli_json(path: Path, *flags: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.live
 def test_cli_reopens_from_the_cached_verdict(copy_of):
     path = copy_of(ROOT / "traces" / "engine_ddp")
     first = _cli_json(path)

@@ -6,9 +6,12 @@ import html
 import json
 import re
 
+import pytest
+
 from tests.conftest import TRACES, workbench
 
 
+@pytest.mark.live
 def test_report_is_self_contained_with_figures_and_diagnoses(tmp_path):
     out = tmp_path / "slow.html"
     r = workbench("report", TRACES / "ddp_slow_data", "--html", out, timeout=120)
@@ -25,6 +28,7 @@ def test_report_is_self_contained_with_figures_and_diagnoses(tmp_path):
     assert any(t.startswith("CPU samples") for t in titles)
 
 
+@pytest.mark.live
 def test_report_errors_are_one_line(tmp_path):
     r = workbench("report", tmp_path / "nope", "--html", tmp_path / "x.html", timeout=120)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no such run" in r.stderr
@@ -33,11 +37,13 @@ def test_report_errors_are_one_line(tmp_path):
     assert not (tmp_path / "x.pdf").exists()
 
 
+@pytest.mark.live
 def test_report_help_has_an_example():
     r = workbench("report", "--help", timeout=60)
     assert r.returncode == 0 and "workbench report traces/ddp_slow_data --html" in r.stdout
 
 
+@pytest.mark.live
 def test_fixed_run_report_matches_the_analysis(tmp_path):
     from workbench.pipeline.verdict import analyze_run
 
@@ -50,6 +56,7 @@ def test_fixed_run_report_matches_the_analysis(tmp_path):
     assert html.escape(expected.verdict) in text
 
 
+@pytest.mark.committed
 def test_report_shows_the_cli_mfu_and_plain_evidence():
     """One MFU (``efficiency.mfu_pct`` of --json) in the CLI, the app and the report; evidence as
     --json prints it (not "MFU —" on gpu_slow_data, not np.float64(…))."""

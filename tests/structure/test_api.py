@@ -3,9 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 import workbench
 
 
+@pytest.mark.unit
 def test_public_api_is_pinned():
     assert sorted(workbench.__all__) == sorted([
         "Analysis", "Run", "TraceError", "WorkbenchError", "analyze_run", "find_runs", "load_run", "__version__",
@@ -20,18 +23,21 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
+@pytest.mark.live
 def test_analysis_path_does_not_import_torch():
     mods = _modules_after("import workbench, workbench.cli.main, workbench.pipeline.verdict, workbench.present.figures")
     assert "torch" not in mods
     assert "workbench.pipeline.verdict" in mods
 
 
+@pytest.mark.live
 def test_capture_does_not_import_plotting():
     mods = _modules_after("import workbench.capture.session, workbench.capture.launcher")
     assert "torch" in mods
     assert not {"plotly", "streamlit"} & mods
 
 
+@pytest.mark.live
 def test_cli_start_up_imports_nothing_heavy():
     """`workbench profile` must start on a GPU box that has torch but no plotly/pandas/streamlit."""
     mods = _modules_after("import workbench.cli.main; workbench.cli.main.build_parser()")

@@ -29,6 +29,7 @@ def all_frames() -> list[tuple[str, str, Frame]]:
     return out
 
 
+@pytest.mark.unit
 def test_every_frame_has_one_name():
     by_name: dict[str, set[int]] = {}
     for _, _, f in all_frames():
@@ -37,6 +38,7 @@ def test_every_frame_has_one_name():
     assert {f.name for f in READS} <= set(by_name)
 
 
+@pytest.mark.unit
 def test_the_declared_set_is_what_the_rules_and_the_json_read():
     assert [f.name for f in READS] == list(dict.fromkeys(f.name for f in (*ANALYSIS_READS, *RULE_READS)))
     for rule in RULES:
@@ -45,6 +47,7 @@ def test_the_declared_set_is_what_the_rules_and_the_json_read():
         frames.unique([frames.WINDOWS, Frame("windows", frames.WINDOWS.fn)])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("frame", READS, ids=[f.name for f in READS])
 def test_frames_travel_by_reference(frame):
     """Worker processes and Dask receive frames pickled: their functions must be importable."""
@@ -52,6 +55,7 @@ def test_frames_travel_by_reference(frame):
     assert back.name == frame.name and back.returns == frame.returns
 
 
+@pytest.mark.committed
 def test_reduce_computes_exactly_the_declared_frames():
     a = analyze_run(TRACES / "engine_ddp", workers=1, cache=False)
     for r in a.context.ranks:
@@ -62,6 +66,7 @@ def _undeclared_frame_reader(ctx):
     ctx.frame(frames.DEVICE_BUSY, next(iter(ctx.ranks)))
 
 
+@pytest.mark.committed
 def test_a_frame_read_but_not_declared_is_named():
     run = load_run(TRACES / "engine_ddp")
     ctx = Context.of_traces(run.traces)

@@ -14,7 +14,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit
 
 PKG = ROOT / "workbench"
 

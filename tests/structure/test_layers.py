@@ -12,7 +12,11 @@ never analyses. Edges come from tests/structure/test_imports.py's graph (every i
 
 from __future__ import annotations
 
+import pytest
+
 from tests.structure.test_imports import import_graph
+
+pytestmark = pytest.mark.unit
 
 FLOOR = {"format": 0, "hardware": 0.5,
          "capture": 1, "engine": 1, "load": 1, "analysis": 1, "diagnose": 1, "pipeline": 1, "plan": 1,

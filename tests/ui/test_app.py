@@ -11,6 +11,8 @@ from tests.conftest import DATA
 from tests.conftest import ROOT, TRACES
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 
 @pytest.fixture
 def app(monkeypatch):

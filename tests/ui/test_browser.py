@@ -26,7 +26,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 120_000  # 2 shared cores: a cold analysis plus the first render can take a while
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.live]
 
 
 def _need_browser():

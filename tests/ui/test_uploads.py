@@ -45,6 +45,7 @@ def root(tmp_path) -> Path:
     return r
 
 
+@pytest.mark.committed
 def test_zipped_run_is_stored_and_loads(root):
     path = store_zip(root, "uploaded", _run_zip("ddp_slow_data/"))  # zipped as its folder
     assert path == root / "uploaded"
@@ -54,6 +55,7 @@ def test_zipped_run_is_stored_and_loads(root):
     assert _listing(root) == {"uploaded", *(f"uploaded/{f.name}" for f in SLOW.iterdir())}  # no staging left
 
 
+@pytest.mark.committed
 def test_single_trace_gets_its_rank_name(root):
     data = (SLOW / "rank1.pt.trace.json.gz").read_bytes()
     path = store_trace(root, "one", "anything.pt.trace.json.gz", data)
@@ -63,6 +65,7 @@ def test_single_trace_gets_its_rank_name(root):
     assert [f.name for f in path.iterdir()] == ["rank1.pt.trace.json"]
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("name", ["../x", "..", ".", "/etc", "a/b", "..\\x", "", ".hidden", "x" * 101, "a\x00b"])
 def test_bad_run_names_write_nothing(root, name):
     with pytest.raises(UploadError, match="bad run name"):
@@ -71,12 +74,14 @@ def test_bad_run_names_write_nothing(root, name):
     assert not (root.parent / "x").exists()
 
 
+@pytest.mark.unit
 def test_existing_run_is_not_overwritten(root):
     (root / "taken").mkdir()
     with pytest.raises(UploadError, match="already exists"):
         run_dir(root, "taken")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("members, symlinks, message", [
     ({"../evil.pt.trace.json": b"{}"}, None, "leaves the run directory"),
     ({"run/../../evil.json": b"{}"}, None, "leaves the run directory"),
@@ -101,6 +106,7 @@ def test_bad_zips_are_refused_and_leave_nothing(root, members, symlinks, message
     assert not (root.parent / "evil.pt.trace.json").exists() and not (root.parent / "evil.json").exists()
 
 
+@pytest.mark.unit
 def test_not_a_zip_and_not_json(root):
     with pytest.raises(UploadError, match="not a valid zip"):
         store_upload(root, "bad", "run.zip", b"PK\x03\x04 garbage")
@@ -111,6 +117,7 @@ def test_not_a_zip_and_not_json(root):
     assert _listing(root) == set()
 
 
+@pytest.mark.unit
 def test_oversize_upload_and_zip_bomb(root):
     with pytest.raises(UploadError, match="limit"):
         store_upload(root, "big", "t.json", b" " * 2048, max_bytes=1024)
@@ -121,6 +128,7 @@ def test_oversize_upload_and_zip_bomb(root):
     assert _listing(root) == set()
 
 
+@pytest.mark.unit
 def test_zip_with_lying_header_is_stopped_while_reading(root):
     data = bytearray(_zip({"manifest.json": b"{}", "rank0.pt.trace.json": b" " * (2 << 20)}))
     # Rewrite the declared size of the trace member (central directory) to 10 bytes.
@@ -140,6 +148,7 @@ def _runs_page():
     runs_page()
 
 
+@pytest.mark.unit
 def test_runs_page_upload_without_file_is_refused(monkeypatch, root):
     """AppTest cannot attach files (the browser test uploads `../x` for real): an empty form is refused."""
     monkeypatch.setenv("WORKBENCH_TRACES", str(root))
