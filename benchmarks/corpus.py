@@ -4,7 +4,7 @@ Each entry of :data:`ENTRIES` names a script in a public repository (repo, path,
 exact arguments it ran with, where it runs (``cpu``: this 2-core machine, gloo; ``gpu``: the H200
 machine) and the verdict expected of it. Their code lives only in the git-ignored ``corpus/``
 folder; what the repository keeps is the trimmed run directories under ``traces/corpus/`` that
-``tests/test_corpus.py`` checks.
+``tests/pipeline/test_corpus.py`` checks.
 
     python -m benchmarks.corpus extract                         # corpus/ from local mirrors
     python -m benchmarks.corpus run --kind cpu --out runs/corpus [--only NAME]

@@ -10,7 +10,7 @@ mean of the unprofiled steps, the recorded steps where a run has none), times th
     python -m benchmarks.estimates             # the table BENCHMARKS.md holds
     python -m benchmarks.estimates --json OUT.json
 
-``tests/test_estimates.py`` holds every pair to ``GOAL`` (within 30 % of the measured speed-up)
+``tests/benchmarks/test_estimates.py`` holds every pair to ``GOAL`` (within 30 % of the measured speed-up)
 unless the pair is listed as a known miss with its cause.
 """
 

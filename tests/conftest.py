@@ -1,4 +1,6 @@
-"""Shared fixtures: real gloo runs made once per session, and the committed sample runs."""
+"""Shared fixtures and paths for every test folder (tests/<package>/ mirrors workbench/<package>/):
+real gloo runs made once per session, the committed sample runs (traces/ and tests/analysis/data/),
+and the check that every test is marked exactly one of unit / committed / live."""
 
 from __future__ import annotations
 
@@ -23,8 +25,32 @@ def _analysis_cache_outside_the_repo(tmp_path_factory):
     yield
     os.environ.pop("WORKBENCH_CACHE_DIR", None)
 TRACES = ROOT / "traces"
+DATA = ROOT / "tests" / "analysis" / "data"  # committed test runs: GPU runs of tests/scripts/gpu_*.py and others
 EXAMPLE = ROOT / "workbench" / "examples" / "slow_data_ddp.py"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+KINDS = ("unit", "committed", "live")
+_MISCLASSIFIED = pytest.StashKey[list]()
+
+
+def misclassified(items) -> list[str]:
+    """``nodeid: kinds`` of each item that carries no or more than one of KINDS."""
+    out = []
+    for item in items:
+        kinds = sorted({m.name for m in item.iter_markers() if m.name in KINDS})
+        if len(kinds) != 1:
+            out.append(f"{item.nodeid}: {', '.join(kinds) or 'none'}")
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked, selected or not
+def pytest_collection_modifyitems(config, items):
+    config.stash[_MISCLASSIFIED] = misclassified(items)
+
+
+def misclassified_in_session(config) -> list[str]:
+    return config.stash.get(_MISCLASSIFIED, [])
 
 
 def run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -82,3 +108,32 @@ def profiled_slow(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("prof") / "slow"
     r = workbench("profile", "--nproc-per-node", "2", "--out", out, EXAMPLE, "--num-workers", "0")
     return r, out
+
+
+FAULTS = SCRIPTS / "faults_ddp.py"
+FAULT_VARIANTS = {
+    "healthy": [],
+    "straggler": ["--straggler-rank", "1"],
+    "redundant": ["--redundant-allgather", "--micro-batches", "2", "--dim", "256", "--batch-size", "1024",
+                  "--loss-spike-step", "4"],
+    "fsdp_regather": ["--fsdp", "--micro-batches", "4", "--dim", "256", "--batch-size", "1024"],
+    "fsdp_kept": ["--fsdp", "--micro-batches", "4", "--keep-unsharded", "--dim", "256", "--batch-size", "1024"],
+}
+
+
+@pytest.fixture(scope="session")
+def fault_runs(tmp_path_factory):
+    """Real 2-rank gloo runs of tests/scripts/faults_ddp.py (~5 s each): name → run directory; each
+    made lazily on first use."""
+    root = tmp_path_factory.mktemp("faults")
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            out = root / name
+            r = workbench("profile", "--no-analyze", "--nproc-per-node", "2", "--out", out, FAULTS, *FAULT_VARIANTS[name])
+            assert r.returncode == 0, r.stderr[-3000:]
+            made[name] = out
+        return made[name]
+
+    return get

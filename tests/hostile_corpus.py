@@ -14,7 +14,7 @@ the first stderr line, the peak RSS (``wait4``), the time, and classifies the ou
   or non-positive step, shares that do not sum to 100, a numpy warning on stderr, or the case's own
   check (steps counted, the step against the unmodified trace's, the diagnoses).
 
-``tests/test_hostile_corpus.py`` runs each case as a test; ``tests/test_reliability.py`` renders the
+``tests/load/test_hostile_corpus.py`` runs each case as a test; ``tests/load/test_reliability.py`` renders the
 counts per class into RELIABILITY.md.
 """
 

@@ -3,7 +3,7 @@
 Each hostile input is a function that builds a run directory from committed real traces (or from
 bytes written here); :func:`observe` runs ``python -m workbench analyze --json DIR`` on it as a
 user would and keeps the exit code, the first stderr line and, on success, what was analysed.
-``tests/test_reliability.py`` renders the table from those observations and checks that
+``tests/load/test_reliability.py`` renders the table from those observations and checks that
 RELIABILITY.md says the same (``WORKBENCH_WRITE_RELIABILITY=1`` rewrites the file).
 
 Faults that need a real training job are covered by other tests; :data:`COVERED_ELSEWHERE` names
@@ -180,29 +180,29 @@ def observe(name: str, d: Path) -> Outcome:
 # Faults that need a real job, each covered by a test elsewhere: (fault, test node, asserted outcome).
 COVERED_ELSEWHERE: list[tuple[str, str, str]] = [
     ("the run directory's disk fills up while capturing (a 48 KB tmpfs)",
-     "tests/test_disk_full.py::test_disk_full_while_capturing_keeps_training_and_what_was_written",
+     "tests/capture/test_disk_full.py::test_disk_full_while_capturing_keeps_training_and_what_was_written",
      "exit 0 (the script's: it trains to the end); one line per file that could not be written (the trace, the status, "
      "the manifest update), no traceback, no temporary file left; the manifest stays whole and the steps rows "
      "already written are kept. A status file that did not fit reads as `ranks_died` in the manifest (not told apart yet)"),
-    ("the analysis cache's disk is full", "tests/test_disk_full.py::test_analysis_on_a_full_cache_disk_still_answers",
+    ("the analysis cache's disk is full", "tests/capture/test_disk_full.py::test_analysis_on_a_full_cache_disk_still_answers",
      "exit 0 with the verdict; the cache is skipped"),
-    ("script raises after the profiled cycle", "tests/test_profile.py::test_crash_keeps_completed_cycle_and_records_failure",
+    ("script raises after the profiled cycle", "tests/capture/test_profile.py::test_crash_keeps_completed_cycle_and_records_failure",
      "exit 1 (the script's); manifest `status: failed` with the error; the completed cycle's trace and steps kept; analyze exits 0"),
-    ("script raises inside the profiled window", "tests/test_profile.py::test_crash_inside_the_profiled_window_keeps_the_partial_trace",
+    ("script raises inside the profiled window", "tests/capture/test_profile.py::test_crash_inside_the_profiled_window_keeps_the_partial_trace",
      "the partial trace of the window is kept and loads"),
-    ("SIGTERM / SIGHUP to `workbench profile`", "tests/test_signals.py::test_signal_ends_the_run_cleanly_and_keeps_the_capture",
+    ("SIGTERM / SIGHUP to `workbench profile`", "tests/capture/test_signals.py::test_signal_ends_the_run_cleanly_and_keeps_the_capture",
      "exit 128+signal; `status: interrupted`; trace and steps kept; no stray processes; SIGTERM still prints the verdict"),
-    ("SIGINT twice, and again during the verdict", "tests/test_signals.py::test_sigint_twice_and_again_during_the_verdict",
+    ("SIGINT twice, and again during the verdict", "tests/capture/test_signals.py::test_sigint_twice_and_again_during_the_verdict",
      "exit 130, no traceback; the run is kept"),
-    ("SIGTERM through torchrun to every rank", "tests/test_signals.py::test_sigterm_reaches_every_rank_through_torchrun",
+    ("SIGTERM through torchrun to every rank", "tests/capture/test_signals.py::test_sigterm_reaches_every_rank_through_torchrun",
      "every rank saves its trace"),
-    ("one rank SIGKILLed mid-run", "tests/test_signals.py::test_a_rank_killed_mid_run_stops_the_job_and_is_named",
+    ("one rank SIGKILLed mid-run", "tests/capture/test_signals.py::test_a_rank_killed_mid_run_stops_the_job_and_is_named",
      "exit ≠ 0; `status: failed`, `ranks_died: [1]`, error `rank 1 died without reporting`; rank 0's trace kept; job ends < 25 s"),
-    ("upload over the size limit; zip bomb upload", "tests/test_uploads.py::test_oversize_upload_and_zip_bomb",
+    ("upload over the size limit; zip bomb upload", "tests/ui/test_uploads.py::test_oversize_upload_and_zip_bomb",
      "`UploadError` (`limit`, `unpacks to more than`); nothing written"),
-    ("zip upload whose header lies about sizes", "tests/test_uploads.py::test_zip_with_lying_header_is_stopped_while_reading",
+    ("zip upload whose header lies about sizes", "tests/ui/test_uploads.py::test_zip_with_lying_header_is_stopped_while_reading",
      "stopped while reading; nothing written"),
-    ("NVML query raising mid-run", "tests/test_reliability.py::test_nvml_failing_mid_run_keeps_earlier_rows",
+    ("NVML query raising mid-run", "tests/load/test_reliability.py::test_nvml_failing_mid_run_keeps_earlier_rows",
      "the sampler thread keeps running, rows read before the failure are kept, failing reads write no row, `stop()` is clean"),
 ]
 
@@ -210,12 +210,12 @@ COVERED_ELSEWHERE: list[tuple[str, str, str]] = [
 INTRO = """# Reliability
 
 What `workbench` does with hostile inputs and injected faults, as observed by the tests. This file
-is checked by `tests/test_reliability.py` (part of `make test`): the hostile-input table is
+is checked by `tests/load/test_reliability.py` (part of `make test`): the hostile-input table is
 rebuilt from what the test observes and must equal this file. Regenerate it with
 
-    WORKBENCH_WRITE_RELIABILITY=1 python3 -m pytest tests/test_reliability.py -m slow -q
+    WORKBENCH_WRITE_RELIABILITY=1 python3 -m pytest tests/load/test_reliability.py -m slow -q
 
-Beyond these rows, `tests/test_reliability.py` fuzzes the loader with hypothesis (random event
+Beyond these rows, `tests/load/test_reliability.py` fuzzes the loader with hypothesis (random event
 streams with missing/NaN/negative/huge/mistyped fields, duplicate and overlapping events, and
 headers whose `distributedInfo`, `pg_config`, `deviceProperties` and `baseTimeNanoseconds` are
 mistyped; random truncations and byte flips of a real trace, plain and gzipped): `read_trace`
@@ -238,7 +238,7 @@ Built at test time from committed traces (the multi-GB inputs as one gzip member
 written many times: milliseconds and a few MB of disk), each case run as a user would (`analyze
 --json`, `analyze`, `report`, `plan --from-run`/`--calibrate`, the app's upload through
 `tests/scripts/upload_one.py`) in a subprocess under a 3 GiB address-space limit and a time limit;
-`tests/test_hostile_corpus.py` runs each as a test. A **traceback** is an exit other than 0 and 2 or
+`tests/load/test_hostile_corpus.py` runs each as a test. A **traceback** is an exit other than 0 and 2 or
 `Traceback` on stderr; a **hang** a run past its limit; **silent nonsense** an exit 0 where an error
 was due, a result whose warnings (or stderr) do not name what was implausible, a non-finite step,
 shares that do not sum to 100, a numpy warning, a peak over 2 GB, or numbers that fail the case's own

@@ -1,6 +1,6 @@
 """workbench: profiling and diagnostics for distributed PyTorch training.
 
-The public API (pinned by tests/test_api.py): ``workbench.analyze(path)`` is a run analysed (its
+The public API (pinned by tests/structure/test_api.py): ``workbench.analyze(path)`` is a run analysed (its
 ``.result`` the typed result of ``workbench analyze --json``); ``analyze_run`` the analysis without
 the caches. Names load lazily: ``import workbench`` imports
 neither torch nor pandas, so ``workbench profile`` starts fast and runs where only torch is

@@ -3,7 +3,7 @@ rung before, and write the raw numbers.
 
     # on the GPU machine (one H200): calibrate the per-sample CPU cost, run gpu/*.toml
     PYTHONPATH=. python case_studies/utilisation_30_to_85/ladder.py --scale gpu --out runs/case
-    # here (CPU, 2 gloo ranks): the same story at test scale (tests/test_case_study.py runs it)
+    # here (CPU, 2 gloo ranks): the same story at test scale (tests/diagnose/test_case_study.py runs it)
     python case_studies/utilisation_30_to_85/ladder.py --scale cpu --out /tmp/case
     # the committed rungs (traces/case_cpu_*, copied into OUT/<rung>), analysed without training
     python case_studies/utilisation_30_to_85/ladder.py --scale cpu --out /tmp/case --reuse

@@ -21,7 +21,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import SCRIPTS, TRACES, workbench
 from workbench.analysis.comm import comm_overlap
 from workbench.analysis.events import comm_threads, main_thread
@@ -61,6 +61,7 @@ def p2p_share_by_hand(path) -> float:
 
 # --- real traces: torch.distributed.pipelining written directly ---------------------------------
 
+@pytest.mark.committed
 def test_direct_pipelining_one_microbatch_is_half_bubble():
     d = next((d for d in analyze_run(DATA / "pp_direct_m1").diagnoses if d.id == "pipeline_bubble"), None)
     assert d is not None and d.severity == "critical", "the recv waits inside Backward 0 were taken for work"
@@ -70,6 +71,7 @@ def test_direct_pipelining_one_microbatch_is_half_bubble():
     assert d.evidence["p2p_wait_in_actions_pct"] > 45
 
 
+@pytest.mark.committed
 def test_direct_pipelining_eight_microbatches_stays_below_the_warning_band():
     d = next((d for d in analyze_run(DATA / "pp_direct_m8").diagnoses if d.id == "pipeline_bubble"), None)
     # ideal 1/9 = 11 %; measured 19.4 % and 16.8 % per rank (a shared 2-core machine: each rank
@@ -79,6 +81,7 @@ def test_direct_pipelining_eight_microbatches_stays_below_the_warning_band():
     assert d.evidence["ideal_bubble_pct"] == pytest.approx(100 / 9, abs=0.01)
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("rank", [0, 1])
 def test_direct_pipelining_breakdown_counts_the_waits_as_communication(rank):
     run = load_run(DATA / "pp_direct_m1")
@@ -93,6 +96,7 @@ def test_direct_pipelining_breakdown_counts_the_waits_as_communication(rank):
     assert ov["exposed_p2p_ms"].sum() == pytest.approx(ov["exposed_ms"].sum(), rel=1e-6)
 
 
+@pytest.mark.committed
 def test_the_main_thread_is_never_a_background_comm_thread():
     # engine PP runs post gloo:send/recv on the main thread; taking it for a runloop thread made
     # every idle microsecond of the step "communication"
@@ -105,6 +109,7 @@ def test_the_main_thread_is_never_a_background_comm_thread():
 
 # --- hand-written traces, hand-derived numbers ---------------------------------------------------
 
+@pytest.mark.unit
 def test_recv_inside_a_stage_action_is_communication_and_bubble(tmp_path):
     from workbench.diagnose import Context
     from workbench.diagnose.rules.pipeline_bubble import pipeline_bubble
@@ -126,6 +131,7 @@ def test_recv_inside_a_stage_action_is_communication_and_bubble(tmp_path):
     assert d.evidence["p2p_wait_in_actions_pct"] == pytest.approx(50.0)
 
 
+@pytest.mark.unit
 def test_async_send_is_a_wait_only_after_the_last_work_inside_it(tmp_path):
     # Forward 0 posts a send at 100; it completes only when waited for at 700, after Forward 1
     # (150–600: ops 150–300 and 400–600, Python in between)
@@ -145,6 +151,7 @@ def test_async_send_is_a_wait_only_after_the_last_work_inside_it(tmp_path):
         == [[600.0], [700.0]]
 
 
+@pytest.mark.unit
 def test_comm_on_another_thread_counts_while_the_main_thread_waits(tmp_path):
     # the main thread sits in a user annotation; an all-reduce runs on an autograd worker thread
     evs = [ev("ProfilerStep#1", 0, 1000, cat="user_annotation"),
@@ -159,6 +166,7 @@ def test_comm_on_another_thread_counts_while_the_main_thread_waits(tmp_path):
     assert got["compute"] == pytest.approx(400)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,comm", [
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", True),
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", True),
@@ -172,6 +180,7 @@ def test_comm_kernel_names(name, comm):
     assert bool(COMM_KERNEL.search(name)) is comm
 
 
+@pytest.mark.unit
 def test_nccl_p2p_kernel_on_a_side_stream_is_communication(tmp_path):
     k = lambda name, ts, dur, stream: {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts,
                                        "dur": dur, "args": {"stream": stream, "device": 0, "correlation": -1}}
@@ -183,6 +192,7 @@ def test_nccl_p2p_kernel_on_a_side_stream_is_communication(tmp_path):
 
 # --- a live run on this torch -------------------------------------------------------------------
 
+@pytest.mark.live
 @pytest.mark.slow
 def test_live_direct_pipelining_fires_pipeline_bubble(tmp_path):
     out = tmp_path / "run"

@@ -21,6 +21,7 @@ ENGINE_GPU_RUNS = ["case_gpu_0_baseline", "case_gpu_1_more_workers", "case_gpu_2
 PALM_TOLERANCE = 0.10  # within ±10 % of 6N + 12·L·H·Q·T per token
 
 
+@pytest.mark.unit
 def test_gemm_shapes_by_hand():
     assert gemm_flops("aten::mm", [[16, 32], [32, 8]]) == 2 * 16 * 32 * 8
     assert gemm_flops("aten::addmm", [[8], [16, 32], [32, 8]]) == 2 * 16 * 32 * 8 + 16 * 8  # + bias adds
@@ -29,6 +30,7 @@ def test_gemm_shapes_by_hand():
     assert gemm_flops("aten::mm", [[16, 32, 2], [32, 8]]) is None  # not a matmul's shapes: not counted
 
 
+@pytest.mark.unit
 def test_conv_shapes_by_hand():
     # 2×8×17×17 input, 16 filters 3×3 over 8/2 channels, stride 2, padding 1: 9×9 output
     c = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "2"]
@@ -48,6 +50,7 @@ def test_conv_shapes_by_hand():
     assert conv_flops(dims, [*b, "[True, True, False]"], backward=True) == 4 * macs
 
 
+@pytest.mark.unit
 def test_attention_shapes_by_hand():
     fwd = 4 * 2 * 16 * 1024 * 1024 * 64
     q = [2, 16, 1024, 64]
@@ -82,6 +85,7 @@ def cpu_trace(tmp_path_factory):
     return read_trace(path)
 
 
+@pytest.mark.unit
 @pytest.mark.slow
 def test_real_trace_counts_each_op_once(cpu_trace):
     ops = op_flops(cpu_trace)
@@ -99,6 +103,7 @@ def test_real_trace_counts_each_op_once(cpu_trace):
     assert not ops["name"].isin(["aten::linear", "aten::matmul", "aten::conv2d", "aten::_convolution"]).any()
 
 
+@pytest.mark.unit
 @pytest.mark.slow
 def test_loader_decodes_only_flop_ops(cpu_trace):
     ev = cpu_trace.events
@@ -120,6 +125,7 @@ def _palm_flops_per_token(config: dict) -> float:
     return model.flops_per_token()
 
 
+@pytest.mark.committed
 @pytest.mark.slow
 @pytest.mark.parametrize("run", ENGINE_GPU_RUNS)
 def test_engine_runs_match_palm(run):
@@ -147,6 +153,7 @@ def test_engine_runs_match_palm(run):
     assert len(threads) == 2 and 0.28 < threads.min() / threads.sum() < 1 / 3
 
 
+@pytest.mark.committed
 @pytest.mark.slow
 def test_cpu_ops_on_a_gpu_trace_are_not_model_flops():
     # gpu_slow_data's DataLoader transform runs matmuls on the CPU in the main process
@@ -157,7 +164,7 @@ def test_cpu_ops_on_a_gpu_trace_are_not_model_flops():
     assert eff.kernels.loc[eff.kernels["op"] >= 0, "op"].isin(eff.ops.index).all()
 
 
-
+@pytest.mark.committed
 def test_resnet50_flops_per_image_match_its_published_count():
     """torchvision ResNet-50 at 224² is 4.1 G multiply-adds forward (8.2 GFLOP);
     forward + backward ≈ 3 × 8.2 GFLOP per image. The committed pytorch/examples ImageNet run

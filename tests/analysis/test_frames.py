@@ -13,6 +13,8 @@ from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import step_windows
 from workbench.load import load_run, read_trace
 
+pytestmark = pytest.mark.unit
+
 DIST = {"backend": "gloo", "rank": 0, "world_size": 2,
         "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]}
 

@@ -18,6 +18,8 @@ from workbench.analysis.steps import host_step_windows, step_windows
 from workbench.load import load_run
 from workbench.pipeline.verdict import HOST_AHEAD_RATIO, analyze_run
 
+pytestmark = pytest.mark.committed
+
 DATA = ROOT / "tests" / "analysis" / "data"
 RUNS = ["gpu_host_ahead_eager", "gpu_host_ahead_graphs"]
 

@@ -55,6 +55,7 @@ NAMES = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,cls,sub", NAMES, ids=[n[:40] for n, _, _ in NAMES])
 def test_names_by_hand(name, cls, sub):
     got = classify(name, "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel")
@@ -63,10 +64,12 @@ def test_names_by_hand(name, cls, sub):
         assert got[1] == sub
 
 
+@pytest.mark.committed
 def test_committed_gpu_traces_are_found():
     assert len(GPU_TRACES) >= 12
 
 
+@pytest.mark.committed
 @pytest.mark.slow
 @pytest.mark.parametrize("path", GPU_TRACES, ids=lambda p: p.parent.name)
 def test_no_committed_kernel_is_unclassified(path):
@@ -82,6 +85,7 @@ def test_no_committed_kernel_is_unclassified(path):
     assert k.loc[~k["class"].isin(["gemm_tensor_core", "gemm_simt", "attention"]), "flops"].sum() == 0
 
 
+@pytest.mark.committed
 @pytest.mark.slow
 def test_engine_run_breakdown_by_hand():
     trace = read_trace(ROOT / "traces/case_gpu_3_batch32/rank0.pt.trace.json.gz")
@@ -105,6 +109,7 @@ def test_engine_run_breakdown_by_hand():
     assert dtod["pct_of_peak"] == pytest.approx(100 * 2 * dtod["bytes"] / (dtod["time_ms"] / 1e3) / 4.8e12)
 
 
+@pytest.mark.committed
 @pytest.mark.slow
 def test_fp32_run_is_simt():
     trace = read_trace(ROOT / "traces/gpu_fixed_data/rank0.pt.trace.json.gz")
@@ -117,6 +122,7 @@ def test_fp32_run_is_simt():
     assert eff.per_step["mfu_bf16_pct"].max() < 5 < eff.per_step["mfu_pct"].min()
 
 
+@pytest.mark.committed
 @pytest.mark.slow
 def test_analyze_prints_and_reports_efficiency(capsys):
     from workbench.cli.main import main

@@ -34,6 +34,7 @@ PLAN_GPU = ["plan_gpu_125m_b32", "plan_gpu_1p3b_b8", "plan_gpu_370m_b16", "plan_
             "plan_gpu_370m_b32", "plan_gpu_370m_b32_ac", "plan_gpu_370m_b8_fp32", "gpu_fsdp2_370m"]
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("run", PLAN_GPU)
 def test_the_engine_gpu_runs_are_their_config(run):
     cfg = json.loads((TRACES / run / "manifest.json").read_text())["config"]
@@ -59,6 +60,7 @@ def test_the_engine_gpu_runs_are_their_config(run):
     assert all(f["confidence"] == "high" for f in m["fields"].values())
 
 
+@pytest.mark.committed
 def test_full_recomputation_re_runs_every_attention_and_most_gemms():
     """traces/plan_gpu_370m_b16_ac: every block checkpointed (non-reentrant). Each block's 6 GEMMs
     but its last (the MLP's down projection, 4d² of the block's 12d²... recompute stops once the
@@ -75,6 +77,7 @@ def test_full_recomputation_re_runs_every_attention_and_most_gemms():
     assert v(m, "recompute_fraction") == pytest.approx(L * (gemm + att) / fwd, rel=0.01)
 
 
+@pytest.mark.committed
 def test_mfu_counts_the_model_hfu_what_ran():
     """The recomputing run executes more FLOPs than the model needs: HFU > MFU by the recomputed
     forward; without recomputation HFU < MFU (the trace halves causal attention)."""
@@ -95,6 +98,7 @@ def test_mfu_counts_the_model_hfu_what_ran():
 TINY = dict(d=64, L=2, V=256, S=64)
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("run, layout, tied", [
     ("engine_ddp", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": False, "zero": 0}, True),
     ("engine_zero1", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": False, "zero": 1}, True),
@@ -120,6 +124,7 @@ def test_the_engine_cpu_layouts(run, layout, tied):
         assert v(m, "tied") is tied
 
 
+@pytest.mark.committed
 def test_nanogpt_is_gpt2_124m():
     """nanoGPT's train.py (bias=False): 124,373,760 parameters, of which it prints 123.59M (without
     the position table); its MFU formula is the convention, so the FLOPs per token are its own."""
@@ -133,6 +138,7 @@ def test_nanogpt_is_gpt2_124m():
     assert v(model_of("corpus/nanogpt_fp32_gpu"), "dtype") == "tf32"
 
 
+@pytest.mark.committed
 def test_hf_trainer_qwen2_is_a_gated_untied_llm():
     m = model_of("corpus/hf_trainer_gpu")
     assert m["kind"] == "transformer"
@@ -142,6 +148,7 @@ def test_hf_trainer_qwen2_is_a_gated_untied_llm():
     assert v(m, "optimizer") == "adamw" and v(m, "dtype") == "bf16"
 
 
+@pytest.mark.committed
 def test_lightning_transformer():
     """Lightning's demo Transformer (nn.Transformer, 2 encoder + 2 decoder layers: 6 attentions,
     d 200, 2 heads, batch 20 × bptt 35, WikiText-2's 6001-word vocabulary, plain SGD)."""
@@ -151,6 +158,7 @@ def test_lightning_transformer():
     assert v(m, "ffn") is None  # dim_feedforward = d: no projection back to hidden differs from the attention's
 
 
+@pytest.mark.committed
 def test_resnet50_is_a_convnet():
     a = analyze_run(TRACES / "corpus/imagenet_resnet50_gpu")
     m = a.model_json()
@@ -161,6 +169,7 @@ def test_resnet50_is_a_convnet():
     assert eff["mfu_source"] == "trace" and eff["mfu_pct"] == eff["hfu_pct"] and "convnet" in eff["mfu_note"]
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("run, kind", [("public/tracelens_h100", "transformer"), ("public/tracelens_mi300x", "convnet"),
                                        ("public/hta_v100_ddp", "other"), ("public/hta_a100_nccl", None)])
 def test_public_traces(run, kind):
@@ -175,6 +184,7 @@ def test_public_traces(run, kind):
         assert m["fields"] == {}
 
 
+@pytest.mark.committed
 def test_compare_gains_mfu_rows_and_model_tokens():
     """``workbench compare`` on the 370M run and its recomputing twin: tokens/s from the model (the
     engine's steps CSVs count tokens too: the two agree), MFU rows for both, MFU falling with the
@@ -194,6 +204,7 @@ def test_compare_gains_mfu_rows_and_model_tokens():
         assert model_tokens_per_s(an.model_json(), m["steady_step_ms"]) == pytest.approx(m["tokens_per_s"], rel=1e-3)
 
 
+@pytest.mark.committed
 def test_tokens_per_s_without_record_metrics():
     """nanoGPT counts no tokens for the workbench: tokens/s comes from the model (12 × 1024 × 4 per
     step over the job's step), within 1 % of its true tokens over its own timer's steps."""
@@ -240,6 +251,7 @@ def _megatron_cp_trace(tmp_path, rank: int):
     return read_trace(f)
 
 
+@pytest.mark.unit
 def test_flash_attn_package_and_megatron_groups_with_context_parallel(tmp_path):
     from workbench.analysis.frames import MODEL, RankFrames
     from workbench.analysis.model_run import run_model
@@ -261,6 +273,7 @@ def test_flash_attn_package_and_megatron_groups_with_context_parallel(tmp_path):
     assert n is None or f["model_flops_per_token"] == 6 * n["value"] + 12 * 2 * 16 * 64 * 1024
 
 
+@pytest.mark.unit
 def test_a_trace_without_shapes_guesses_nothing(tmp_path):
     import json as _json
 
@@ -277,6 +290,7 @@ def test_a_trace_without_shapes_guesses_nothing(tmp_path):
 LLAMA_LINE = r"model: ([\d,]+) parameters \(([\d,]+) without the token embedding\), ([\d,]+) FLOPs per token, ([\d,]+) tokens per step"
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("run, recompute, accum, fsdp", [("llama_cpu_none", "none", 1, False),
                                                          ("llama_cpu_sel_accum2", "selective", 2, False),
                                                          ("llama_cpu_fsdp_full", "full", 1, True)])
@@ -287,7 +301,7 @@ def test_a_llama_shaped_trainer_is_its_own_print(run, recompute, accum, fsdp):
     ran (selective: every second block, torchtitan's layer policy)."""
     import re
 
-    from tests.analysis.conftest import DATA
+    from tests.conftest import DATA
 
     text = (DATA / run / "console.log").read_text()
     params, non_emb, fpt, tokens = (int(x.replace(",", "")) for x in re.search(LLAMA_LINE, text).groups())
@@ -303,6 +317,7 @@ def test_a_llama_shaped_trainer_is_its_own_print(run, recompute, accum, fsdp):
         assert "4 of 8 attention forwards" in m["fields"]["recompute"]["source"]  # 2 of 4 layers, 2 passes
 
 
+@pytest.mark.committed
 def test_without_an_embedding_op_the_head_says_the_table(tmp_path):
     """A compiled graph gathers the token table with its own kernel: no aten::embedding in the
     trace. The untied head's [vocab, hidden] weight and the two gradients of that shape still say
@@ -312,7 +327,7 @@ def test_without_an_embedding_op_the_head_says_the_table(tmp_path):
     import json as _json
     import re
 
-    from tests.analysis.conftest import DATA
+    from tests.conftest import DATA
 
     src = DATA / "llama_cpu_none"
     doc = _json.loads(gzip.decompress((src / "rank0.pt.trace.json.gz").read_bytes()))

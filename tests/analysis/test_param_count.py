@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from tests.analysis.conftest import DATA
+from tests.conftest import DATA
 from tests.conftest import TRACES
 from workbench.analysis.memory import count_params, weight_shapes
 from workbench.load.trace import read_trace
+
+pytestmark = pytest.mark.committed
 
 
 def _mlp(d: int) -> int:

@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import TRACES
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 RUNS = {"recompute_1p3b_b16_none": "none", "recompute_1p3b_b16_selective": "selective",
         "recompute_1p3b_b16_full": "full", "recompute_1p3b_b48_full": "full",
         "recompute_1p3b_b48_mb24x2_none": "none", "recompute_1p3b_b48_mb12x4_none": "none"}

@@ -22,6 +22,8 @@ from workbench.cli.console import print_analysis
 from workbench.pipeline.compare import compare_runs
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 TRACES = ROOT / "traces"
 CASE = ROOT / "case_studies" / "utilisation_30_to_85"
 

@@ -19,6 +19,8 @@ import pytest
 from tests.conftest import TRACES
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 STEP = re.compile(r"step:\s+(\d+)\s.*?tps:\s+([\d,]+).*?mfu:\s+([\d.]+)%")
 SIZE = re.compile(r"Model llama3 \w+ size: ([\d,]+) total parameters")
 SHAPES = {  # torchtitan's llama3 flavors as run (benchmarks/torchtitan_prepare.sh adds the 3B)

@@ -16,6 +16,8 @@ from workbench.cli import main as cli
 from workbench.cli import registry
 from workbench.format.errors import WorkbenchError
 
+pytestmark = pytest.mark.live
+
 CLI = Path(cli.__file__).parent
 ORDER = ["profile", "analyze", "train", "compare", "report", "plan"]  # `workbench --help`'s, as before the registry
 

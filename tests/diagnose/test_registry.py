@@ -20,6 +20,8 @@ from workbench.diagnose.__main__ import main
 from workbench.diagnose.registry import GROUPS, markdown_table, rule
 from workbench.pipeline.verdict import analyze_run
 
+pytestmark = pytest.mark.committed
+
 RULES_INIT = Path(rules_pkg.__file__)
 TABLE_START = "<!-- the rule table: python -m workbench.diagnose --table"
 TABLE_END = "<!-- end of the rule table -->"

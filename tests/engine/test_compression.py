@@ -8,6 +8,8 @@ import torch
 
 from workbench.engine.parallel.ddp import pack_signs, unpack_signs
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 1000, 12345])
 def test_signs_round_trip_in_ceil_n_over_8_bytes(n):

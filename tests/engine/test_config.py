@@ -12,6 +12,7 @@ from workbench.engine.config import Config, load_config
 from workbench.format.errors import WorkbenchError
 
 
+@pytest.mark.unit
 def test_presets_load_and_overrides_parse_as_toml():
     for f in PRESETS.glob("*.toml"):
         load_config(f)
@@ -25,6 +26,7 @@ def test_presets_load_and_overrides_parse_as_toml():
     assert 340e6 < big.num_params() < 380e6
 
 
+@pytest.mark.unit
 def test_model_param_count_matches_the_built_model():
     from workbench.engine.model import GPT
 
@@ -33,6 +35,7 @@ def test_model_param_count_matches_the_built_model():
         assert GPT(cfg).num_params() == cfg.num_params()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("sets, world, message", [
     (["data.bogus=1"], 1, "unknown config key data.bogus"),
     (["optim.lr=1"], 1, "unknown config section 'optim'"),
@@ -58,6 +61,7 @@ def test_impossible_configs_are_one_clear_error(sets, world, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("sets, world, degrees", [
     (["parallel.pp=2"], 4, (2, 1, 2)),  # dp from the world size
     (["parallel.dp=2"], 4, (2, 1, 2)),  # pp from the world size
@@ -72,6 +76,7 @@ def test_dp_by_pp_layouts_are_accepted(sets, world, degrees):
     assert cfg.degrees(world) == degrees
 
 
+@pytest.mark.live
 def test_cli_refuses_before_any_process_starts(tmp_path):
     t0 = time.perf_counter()
     r = workbench("train", "--config", PRESETS / "tp_tiny.toml", "--nproc-per-node", "3", "--profile", "--out", tmp_path / "run")
@@ -84,15 +89,18 @@ def test_cli_refuses_before_any_process_starts(tmp_path):
     assert r.returncode == 2 and "config file not found" in r.stderr
 
 
+@pytest.mark.live
 def test_help_shows_an_example():
     r = workbench("train", "--help")
     assert r.returncode == 0 and "workbench train --config case_studies/engine/" in r.stdout
 
 
+@pytest.mark.unit
 def test_defaults_are_valid():
     Config().check_world(1)
 
 
+@pytest.mark.unit
 def test_manifest_flops_per_token_matches_the_model():
     """`workbench train --profile` records PaLM FLOPs/token from the config (no model built);
     it must equal GPT.flops_per_token(), which the engine's own MFU line uses."""
@@ -107,6 +115,7 @@ def test_manifest_flops_per_token_matches_the_model():
         assert flops == GPT(m).flops_per_token()
 
 
+@pytest.mark.live
 def test_print_config_documents_every_key_and_reads_back(tmp_path):
     import dataclasses
 

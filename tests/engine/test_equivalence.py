@@ -14,7 +14,7 @@ import re
 
 from tests.engine.conftest import failure, losses, train
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 STEPS = 5
 _NORM = re.compile(r"^step (\d+) loss \S+ grad_norm (\S+)", re.M)
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.engine.conftest import losses, train
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 @pytest.mark.parametrize("mode", ["zero1", "zero3"])

@@ -8,7 +8,7 @@ import pytest
 from tests.engine.conftest import profiled
 from workbench.analysis.comm import _nelems_from_dims
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 CFG = "ddp_tiny.toml"
 
 

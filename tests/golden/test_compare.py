@@ -8,6 +8,8 @@ import pytest
 
 from tests.golden import golden
 
+pytestmark = pytest.mark.unit
+
 GOLD = golden.load_golden()
 
 

@@ -27,6 +27,8 @@ import pytest
 
 from tests.golden import golden
 
+pytestmark = pytest.mark.committed
+
 GOLD = golden.load_golden()
 
 # CPU 2 ranks (a critical stall), a healthy run (no diagnosis), a pipeline, GPU (oom_risk), a

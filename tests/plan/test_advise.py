@@ -13,6 +13,8 @@ from workbench.calibration.calibrate import calibrate
 from workbench.plan.engine_runs import engine_case
 from workbench.hardware.systems import make_cluster
 
+pytestmark = pytest.mark.committed
+
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit
 
 DIR = ROOT / "case_studies" / "plan_175b"
 

@@ -7,7 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import TRACES, workbench
+
+pytestmark = pytest.mark.live
 
 KEYS = {"json_schema", "model", "cluster", "global_batch", "tokens_per_step", "stack", "dtype", "efficiencies",
         "searched", "fitting", "plans", "rejected"}

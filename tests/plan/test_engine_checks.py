@@ -8,6 +8,8 @@ import pytest
 
 from workbench.calibration import checks
 
+pytestmark = pytest.mark.committed
+
 MEMORY = checks.memory_checks()
 COMM = checks.comm_checks()
 

@@ -45,6 +45,7 @@ NANOGPT = dict(params_total=124_373_760, layers=12, hidden=768, heads=12, kv_hea
                optimizer="adamw")
 
 
+@pytest.mark.unit
 def test_llama_block_is_the_llama_preset_with_fsdp2_and_full_recomputation():
     job = run_model(doc(block(**LLAMA)), name="llama")
     ref = PRESETS["llama3-8b"]
@@ -58,6 +59,7 @@ def test_llama_block_is_the_llama_preset_with_fsdp2_and_full_recomputation():
     assert set(job.taken) >= {"layers", "layout", "recompute", "micro_batch", "dtype"}
 
 
+@pytest.mark.unit
 def test_nanogpt_block_gets_its_batch_from_micro_batches_and_its_shape_from_the_parameter_count():
     ddp = {"layout": "dp = world 1 / (tp × pp); DistributedDataParallel.forward (DDP)"}
     job = run_model(doc(block(sources=ddp, **NANOGPT), step_ms=132.4, peak_gib=13.38))
@@ -70,6 +72,7 @@ def test_nanogpt_block_gets_its_batch_from_micro_batches_and_its_shape_from_the_
     assert any("weight only" in a for a in job.assumed)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("model, words", [
     (None, ["could not be inferred", "MODEL", "L=…"]),
     (block(**{k: v for k, v in LLAMA.items() if k not in ("heads", "seq")}), ["heads, seq", "MODEL"]),
@@ -85,6 +88,7 @@ def test_a_run_whose_model_cannot_be_inferred_says_what_is_missing(model, words)
     assert "\n" not in msg and all(w in msg for w in words), msg
 
 
+@pytest.mark.unit
 def test_model_given_replaces_the_inferred_shape_and_keeps_the_layout():
     job = run_model(doc(block("convnet", micro_batch=4, micro_batches=2,
                               layout={"world_size": 8, "dp": 4, "tp": 2, "pp": 1, "fsdp": True, "zero": 3}), world=8),
@@ -94,6 +98,7 @@ def test_model_given_replaces_the_inferred_shape_and_keeps_the_layout():
     assert any("recomputation not inferred" in a for a in job.assumed)
 
 
+@pytest.mark.unit
 def test_without_a_micro_batch_the_global_batch_must_be_given():
     shape = {k: v for k, v in LLAMA.items() if k not in ("micro_batch", "micro_batches")}
     with pytest.raises(WorkbenchError, match="--global-batch"):
@@ -102,6 +107,7 @@ def test_without_a_micro_batch_the_global_batch_must_be_given():
     assert job.global_batch == 8 and job.layout.mb == 8
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("layout, world, key", [
     ({"world_size": 8, "dp": 2, "tp": 2, "pp": 2, "fsdp": False, "zero": 0}, 8, "tp=2,pp=2,dp=2,zero=0"),
     ({"world_size": 8, "dp": 8, "tp": 1, "pp": 1, "fsdp": True, "zero": None}, 8, "tp=1,pp=1,dp=8,zero=3"),
@@ -115,6 +121,7 @@ def test_layouts(layout, world, key):
     assert job.global_batch == job.layout.dp  # micro-batch 1, one per step, on every replica
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("dtype, planned", [("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("fp8", "bf16"),
                                             (None, "bf16")])
 def test_dtypes(dtype, planned):
@@ -139,6 +146,7 @@ def nanogpt_doc(monkeypatch):
     return d
 
 
+@pytest.mark.committed
 def test_from_run_of_a_non_engine_run(capsys, nanogpt_doc):
     from workbench.cli.main import main
 
@@ -160,6 +168,7 @@ def test_from_run_of_a_non_engine_run(capsys, nanogpt_doc):
     assert out["plans"][0]["given"] and out["plans"][0]["layout_key"] == fr["predicted"]["layout_key"]
 
 
+@pytest.mark.committed
 def test_from_run_text_shows_the_run_beside_its_prediction(capsys, nanogpt_doc):
     from workbench.cli.main import main
 
@@ -170,6 +179,7 @@ def test_from_run_text_shows_the_run_beside_its_prediction(capsys, nanogpt_doc):
     assert "8 GPUs:" in out and "per GPU" in out
 
 
+@pytest.mark.committed
 def test_from_run_of_a_run_without_a_model_is_one_line(capsys, monkeypatch):
     from workbench.cli.main import main
     from workbench.calibration import from_run
@@ -184,6 +194,7 @@ def test_from_run_of_a_run_without_a_model_is_one_line(capsys, monkeypatch):
     assert fr["source"] == "MODEL" and any("layout not inferred" in a for a in fr["assumed"])
 
 
+@pytest.mark.committed
 def test_from_run_of_an_engine_run_keeps_its_manifest():
     from workbench.calibration.from_run import run_job
 
@@ -197,6 +208,7 @@ HF = dict(params_total=33_613_312, layers=8, hidden=512, heads=8, kv_heads=8, he
           layout={"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": False, "zero": 0}, optimizer="adamw")
 
 
+@pytest.mark.committed
 def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_inferred_model():
     """The HF Trainer's tiny Llama on one H200: its GPU is 6 % busy, the host sets the pace; with the
     model known, the host's rate per kernel and the kernels per layer are measured as for an
@@ -221,6 +233,7 @@ def test_calibration_on_a_non_engine_run_measures_its_host_rate_against_the_infe
     assert t.step_s * 1e3 == pytest.approx(step, rel=0.02) and t.host_s > 0.5 * t.step_s
 
 
+@pytest.mark.unit
 def test_a_host_bound_micro_batch_gains_nothing_from_a_pipeline():
     """One micro-batch through two stages: each stage's host launches its half in turn, so the
     host-bound step stays kernels/layer x layers x rate (the fill and drain count as for kernels)."""
@@ -237,6 +250,7 @@ def test_a_host_bound_micro_batch_gains_nothing_from_a_pipeline():
     assert two.step_s == pytest.approx(100 * 2 * (1 + 1) * 1e-4, rel=1e-6)  # 2 layers a stage x (m + p - 1)
 
 
+@pytest.mark.unit
 def test_a_single_gpu_loop_without_ddp_keeps_no_buckets_and_a_container_names_its_optimizer():
     """torchtitan on one GPU: no DistributedDataParallel (4 bytes per parameter less than DDP's
     buckets: 30 GiB for the 8B), AdamW inside its OptimizersContainer."""
@@ -250,6 +264,7 @@ def test_a_single_gpu_loop_without_ddp_keeps_no_buckets_and_a_container_names_it
     assert lion.stack.optimizer_bytes == 4
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("run, step_pct, memory_pct", [
     ("plan_gpu_370m_b8_fp32", 5, 5),      # fp32 matmuls measured against the fp32 peak they are timed at (+510 % before)
     ("plan_gpu_370m_b16_zero3", 5, 5),    # FSDP2 on one GPU: host-bound, its floor
@@ -265,6 +280,7 @@ def test_engine_runs_calibrated_on_themselves_predict_their_own_step_and_peak(ru
     assert abs(fr["error_pct"]["step"]) < step_pct and abs(fr["error_pct"]["memory"]) < memory_pct, fr["error_pct"]
 
 
+@pytest.mark.committed
 def test_a_host_bound_recomputing_run_calibrated_on_itself_predicts_its_own_step():
     """The 370M GPT with full recomputation is host-bound (its recomputed forward's launches): the
     host rate measured per kernel, kernels counted per block as the timing counts them (the
@@ -280,6 +296,7 @@ def test_a_host_bound_recomputing_run_calibrated_on_itself_predicts_its_own_step
     assert abs(fr["error_pct"]["step"]) < 1.0
 
 
+@pytest.mark.committed
 def test_a_data_starved_run_is_planned_without_its_loader_wait():
     """case_gpu_0_baseline waits 690 ms a step on its data loader: the calibration does not take
     that wait for a slow host, so the run's layout is predicted at what the GPU and host need
@@ -306,6 +323,7 @@ def _from_run(run, *extra) -> dict:
     return json.loads(r.stdout)
 
 
+@pytest.mark.live
 def test_nanogpt_run_from_its_traces():
     out = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu")
     fr = out["from_run"]
@@ -316,6 +334,7 @@ def test_nanogpt_run_from_its_traces():
     assert [a["gpus"] for a in fr["alternatives"]] == [1, 2, 4, 8]
 
 
+@pytest.mark.live
 def test_hf_trainer_run_is_host_bound_and_predicted_so():
     """The HF Trainer's tiny Llama (33.6M parameters, batch 8 x 128): GPU 6 % busy; the host's
     rate measured against the inferred model gives its 68.8 ms step back."""
@@ -326,6 +345,7 @@ def test_hf_trainer_run_is_host_bound_and_predicted_so():
     assert out["plans"][0]["time"]["host_ms"] > 0.5 * out["plans"][0]["time"]["step_ms"]
 
 
+@pytest.mark.live
 def test_torchtitan_8b_from_its_traces():
     """torchtitan's Llama 3 8B on one H200 (no DDP, full recomputation, batch 1 x 8192): the model
     is llama3-8b's shape, the peak 16 bytes per parameter plus what the step holds, and FSDP2 on the
@@ -343,6 +363,7 @@ def test_torchtitan_8b_from_its_traces():
     assert one["gpus"] == 1 and one["layout"]["zero"] == 3 and one["memory_gib"] < 133
 
 
+@pytest.mark.live
 def test_compare_knows_a_non_engine_runs_model(tmp_path):
     from tests.conftest import workbench
 
@@ -359,6 +380,7 @@ def test_compare_knows_a_non_engine_runs_model(tmp_path):
     assert json.loads(ok.stdout)["mismatches"] == []
 
 
+@pytest.mark.live
 def test_from_run_with_another_gpu_count_still_predicts_the_run_as_it_ran():
     plain = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu")["from_run"]
     out = _from_run(TRACES / "corpus" / "nanogpt_bf16_gpu", "--gpus", "8")

@@ -8,6 +8,8 @@ from workbench.plan.layout import Layout, deepspeed_stack, megatron_stack
 from workbench.plan.memory import layer_terms, memory, in_flight
 from workbench.plan.model import model_spec
 
+pytestmark = pytest.mark.unit
+
 M = model_spec("gpt3-175b")
 
 

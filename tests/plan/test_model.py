@@ -8,6 +8,8 @@ from workbench.engine.config import PRESETS as ENGINE, ModelConfig
 from workbench.format.errors import WorkbenchError
 from workbench.plan.model import PRESETS, model_spec, parse_model
 
+pytestmark = pytest.mark.unit
+
 
 def test_gpt3_and_llama_parameter_counts():
     assert model_spec("gpt3-175b").params() == pytest.approx(174.6e9, rel=1e-3)     # Narayanan et al., Table 2

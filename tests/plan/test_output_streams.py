@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import TRACES, workbench
+
+pytestmark = pytest.mark.live
 
 RUN = TRACES / "case_gpu_3_batch32"
 LLAMA = ("llama3-8b", "--gpus", "1", "--gpu", "H200", "--stack", "torch", "--global-batch", "1", "--seq", "8192")

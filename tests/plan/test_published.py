@@ -6,12 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 from workbench.plan.published import TABLE, median_abs_error, predict_all
 
 GOAL = 0.15
 
 
+@pytest.mark.unit
 def test_median_error_within_goal():
     preds = predict_all()
     assert len(preds) == len(TABLE) >= 20
@@ -22,6 +25,7 @@ def test_median_error_within_goal():
     assert max(p.row.gpus for p in preds) >= 8192
 
 
+@pytest.mark.live
 def test_benchmarks_md_holds_the_printed_table():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_published.py")], capture_output=True,
                          text=True, check=True, cwd=ROOT).stdout

@@ -23,6 +23,7 @@ def _doc(**kw) -> dict:
 LLAMA_1GPU = dict(model="llama3-8b", gpus=1, gpu="H200", stack="torch", global_batch=1, seq=8192)
 
 
+@pytest.mark.unit
 def test_fsdp2_on_one_gpu_is_searched_and_fits_at_16_bytes_per_parameter():
     doc = _doc(**LLAMA_1GPU)
     # 1 GPU, batch 1: tp 1, pp 1, dp 1, mb 1; ZeRO 0 (DDP) or 3 (FSDP2) x 3 recomputations
@@ -34,11 +35,13 @@ def test_fsdp2_on_one_gpu_is_searched_and_fits_at_16_bytes_per_parameter():
     assert best["memory"]["total_gib"] == pytest.approx(119.66, abs=0.05)
 
 
+@pytest.mark.unit
 def test_megatron_stack_shards_nothing_on_one_gpu():
     doc = _doc(**{**LLAMA_1GPU, "stack": "megatron"})
     assert doc["searched"] == 3 and all(p["layout"]["zero"] == 0 for p in doc["plans"])
 
 
+@pytest.mark.unit
 def test_zero3_at_dp1_only_for_the_torch_stack():
     req = build_request(**{**LLAMA_1GPU, "gpus": 8, "global_batch": 8})
     zero_dp1 = {(x.zero, x.tp, x.pp) for x in layouts(req) if x.dp == 1 and x.zero}
@@ -48,6 +51,7 @@ def test_zero3_at_dp1_only_for_the_torch_stack():
 TINY = "L=2,h=256,a=4,V=1000,s=128"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("layout, searched, fitting, rank", [
     (None, 18, 18, None),                  # mb 1..32 dividing 64 (6) x 3 recomputations, ZeRO 0 at dp 1
     ("mb=64", 19, 19, int),                # outside the space (mb > 32): evaluated, ranked and counted
@@ -61,12 +65,14 @@ def test_given_layout_is_counted_when_it_fits(layout, searched, fitting, rank):
         assert given["given"] and isinstance(given["rank"], int) and given["rank"] >= 1
 
 
+@pytest.mark.unit
 def test_a_given_layout_that_does_not_fit_is_not_counted():
     doc = _doc(**{**LLAMA_1GPU, "layout": "tp=1,pp=1,dp=1,zero=0,mb=1,recompute=none"})
     assert (doc["searched"], doc["fitting"]) == (6, 1)
     assert doc["plans"][0]["given"] and not doc["plans"][0]["fits"] and doc["plans"][0]["rank"] is None
 
 
+@pytest.mark.unit
 def test_matmuls_outside_the_calibrated_sizes_use_the_default():
     eff = Efficiencies(gemm_by_size=((1e9, 0.40), (1e10, 0.50)), gemm_flops_range=(8e8, 2e10))
     assert eff.gemm_share(1e9) == pytest.approx(0.40) and eff.gemm_share(2e10) == pytest.approx(0.50)
@@ -83,6 +89,7 @@ def test_matmuls_outside_the_calibrated_sizes_use_the_default():
     assert _gemm_s(10, 100, 1000, 1, "bf16", h200, eff) == pytest.approx(2e6 / (989e12 * 0.40), rel=1e-3)
 
 
+@pytest.mark.live
 def test_calibration_states_its_range_and_the_plan_warns_outside_it():
     r = workbench("plan", "llama3-8b", "--gpus", "1", "--gpu", "H200", "--stack", "torch", "--global-batch", "1",
                   "--seq", "8192", "--calibrate", str(TRACES / "case_gpu_2_preload_shm"), "--json")
@@ -104,6 +111,7 @@ def test_calibration_states_its_range_and_the_plan_warns_outside_it():
     assert "warning: GEMM sizes outside the calibration" in r.stderr  # said where a person sees it
 
 
+@pytest.mark.committed
 def test_no_warning_without_calibration_or_inside_it():
     doc = _doc(**LLAMA_1GPU)
     assert doc["efficiencies"]["warnings"] == [] and doc["efficiencies"]["gemm_flops_range"] is None
@@ -114,6 +122,7 @@ def test_no_warning_without_calibration_or_inside_it():
     assert doc["efficiencies"]["warnings"] == [] and doc["plans"][0]["time"]["gemm_outside_calibration_pct"] == 0
 
 
+@pytest.mark.committed
 def test_fsdp2_on_one_gpu_pays_its_host_floor_and_ddp_stays_first_for_a_small_model():
     """The 370M engine GPT at batch 16 on one H200: FSDP2 runs less GPU work (bf16 blocks) but its
     hooks make it host-bound (traces/plan_gpu_370m_b16_zero3: 142 ms, DDP 120 ms)."""

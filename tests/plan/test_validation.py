@@ -34,6 +34,7 @@ def _one_line_error(rc: int, err: str, *words: str) -> None:
         assert w in err, err
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("keys, word", [
     ("L=1e400", "L"),            # inf: OverflowError before
     ("L=1000000000", "L"),       # a billion layers: a 124 s loop over layers before
@@ -65,6 +66,7 @@ def test_bad_model_keys_are_one_line(capsys, keys, word):
     assert out == ""
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("flags, word", [
     (["--global-batch", "0"], "--global-batch"),      # 512 before
     (["--global-batch", "-4"], "--global-batch"),
@@ -92,6 +94,7 @@ def test_bad_flags_are_one_line(capsys, flags, word):
     _one_line_error(rc, err, word)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("gpus", ["0", "-8", "1.5", "eight", "nan", "1e400"])
 def test_bad_gpu_count_names_the_flag_not_a_missing_one(capsys, gpus):
     rc, _, err = _cli(capsys, "llama3-8b", "--gpus", gpus, "--gpu", "H200")
@@ -99,12 +102,14 @@ def test_bad_gpu_count_names_the_flag_not_a_missing_one(capsys, gpus):
     assert "needed" not in err  # both were given; the count is what is wrong
 
 
+@pytest.mark.unit
 def test_a_missing_flag_is_named(capsys):
     rc, _, err = _cli(capsys, "llama3-8b", "--gpus", "8")
     _one_line_error(rc, err, "--gpu NAME is needed")
     assert "--gpus N" not in err
 
 
+@pytest.mark.unit
 def test_good_values_still_plan_and_json_has_no_nan(capsys):
     rc, out, err = _cli(capsys, f"{GPT},gated=1,tied=0,kv=8,ffn=11008", "--gpus", "16", "--gpu", "H200",
                         "--inter-node-gbps", "400.5", "--intra-node-gbps", "3600", "--global-batch", "32",
@@ -115,6 +120,7 @@ def test_good_values_still_plan_and_json_has_no_nan(capsys):
     assert doc["model"]["kv_heads"] == 8 and doc["model"]["ffn"] == 11008 and len(doc["plans"]) == 3
 
 
+@pytest.mark.unit
 def test_the_model_spec_checks_its_own_fields():
     with pytest.raises(WorkbenchError, match="layers"):
         ModelSpec(name="x", layers=1.5, hidden=64, heads=4, vocab=10, seq=8)
@@ -122,12 +128,14 @@ def test_the_model_spec_checks_its_own_fields():
         ModelSpec(name="x", layers=2, hidden=64, heads=4, vocab=10, seq=8, kv_heads=-4)
 
 
+@pytest.mark.unit
 def test_divisors():
     for n in range(1, 300):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
     assert len(divisors(720720)) == 240
 
 
+@pytest.mark.unit
 def test_search_is_bounded_for_the_largest_model_allowed():
     """100,000 layers (the limit) on 64 GPUs: pipeline degrees are the 7 divisors of 64 / tp, not
     a loop over 100,000 layers."""
@@ -175,6 +183,7 @@ def _edit(doc: dict, how: str) -> str:
     return json.dumps(d)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("how, word", [
     ("plans [{}]", "plans[0].layout_key"),
     ("plans 'x'", "plans must be a list"),
@@ -195,6 +204,7 @@ def test_hand_edited_plans_are_one_line(tmp_path, good_plan, how, word):
     assert r.stdout == ""
 
 
+@pytest.mark.live
 def test_a_plan_for_another_job_is_refused_unless_forced(tmp_path):
     p = tmp_path / "plan.json"
     r = workbench("plan", "gpt3-175b", "--gpus", "8192", "--gpu", "A100-SXM4-80GB", "--global-batch", "1536", "--json")
@@ -211,6 +221,7 @@ def test_a_plan_for_another_job_is_refused_unless_forced(tmp_path):
     assert json.loads(workbench("compare", RUN, own, "--json").stdout)["mismatches"] == []
 
 
+@pytest.mark.live
 def test_a_gpu_plan_against_a_cpu_run_needs_the_plan_of_that_run(tmp_path):
     cpu = TRACES / "engine_ddp"  # 2 gloo ranks
     other, own = tmp_path / "other.json", tmp_path / "own.json"
@@ -226,6 +237,7 @@ def test_a_gpu_plan_against_a_cpu_run_needs_the_plan_of_that_run(tmp_path):
     assert abs(rows["collective bytes per step (rank 0)"]["error_pct"]) <= 5
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("how, word", [
     ("a directory", "not a regular file"),
     ("not UTF-8", "not UTF-8"),

@@ -1,4 +1,4 @@
-"""A small CPU training loop in the shapes --steps-from must handle (tests/test_steps_from.py).
+"""A small CPU training loop in the shapes --steps-from must handle (tests/capture/test_steps_from.py).
 
 --update manual: weights updated by hand, ``p.data.add_(p.grad, alpha=-lr)`` (no torch.optim), as
 pytorch/examples word_language_model does; --update optim: torch.optim.SGD, ``--accum K`` backward

@@ -15,6 +15,8 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import ROOT, TRACES
 from workbench.ui import pages, registry
 
+pytestmark = pytest.mark.live
+
 UI = Path(pages.__file__).parent
 
 # The users' URL contract: (section, title, url_path, visibility) as the sidebar lists them. The

@@ -14,7 +14,7 @@ trace, read again on demand: slower, never wrong.
 This module holds the frames of the analysis layer; a rule that needs a per-rank value of its own
 defines its Frame in its module (``workbench/diagnose/rules/host_sync.py``'s ``SYNC_GAPS``) with a
 module-level function (frames travel to worker processes and Dask by reference). Names are
-unique across all frames (tests/test_frames_registry.py).
+unique across all frames (tests/structure/test_frames_registry.py).
 
 Frame name → function → columns (see each function's docstring):
 

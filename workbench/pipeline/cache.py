@@ -49,7 +49,7 @@ INDEX = "index.json"
 SOURCES = ("format", "hardware", "load", "analysis", "diagnose", "pipeline", "plan", "calibration")
 """The code that computes frames and rules and the planner that answers their findings in the
 cached document (plan.advise): whole layers of the workbench package, their hash part of the key.
-tests/test_imports.py checks that everything ``workbench.pipeline.verdict`` imports is here."""
+tests/structure/test_imports.py checks that everything ``workbench.pipeline.verdict`` imports is here."""
 
 
 def cache_dir(run_path: Path) -> Path:
