@@ -252,7 +252,7 @@ def _distinct(alts: list[Alternative]) -> list[Alternative]:
     return sorted(out, key=lambda a: order[id(a)])
 
 
-def run_case(run, result: Result | None = None) -> RunCase | None:
+def run_case(run, result: Result | None = None, analysis=None) -> RunCase | None:
     """The planner's view of a GPU run (``plan --from-run``'s: the engine's config, else the model
     inferred from the trace), calibrated on the run itself; None where no plan applies (a CPU run,
     a model the trace does not show: a convolutional net, a trace without shapes)."""
@@ -268,7 +268,8 @@ def run_case(run, result: Result | None = None) -> RunCase | None:
         return None
     try:
         cluster = make_cluster(job.device_name, job.gpus, min(8, job.gpus))
-        eff = calibrate([job.path], results={job.path: job.result} if job.result else None)
+        eff = calibrate([job.path], results={job.path: job.result} if job.result else None,
+                        analyses={job.path: analysis} if analysis is not None else None)
     except WorkbenchError:
         return None
     reserved = job.result.metrics.peak_reserved_gib if job.result else None
@@ -278,21 +279,22 @@ def run_case(run, result: Result | None = None) -> RunCase | None:
                    data_wait_ms=job.data_wait_ms or 0.0)
 
 
-def advise(result: Result, run) -> Result:
+def advise(result: Result, run, analysis=None) -> Result:
     """``result`` with ``alternatives`` on every finding a plan answers (:data:`ADVISED`): the
     planner's best changes to the run, each with its predicted step, memory and headroom
     (:meth:`Alternative.to_json`); ``[]`` where none serves the finding's goal. Findings of runs
-    no plan applies to are left as they are."""
+    no plan applies to are left as they are. ``analysis``: the run's Analysis where the caller holds
+    it (its frames calibrate the planner; else they come from the run's cache)."""
     wanted = {ADVISED[d.id] for d in result.diagnoses if d.id in ADVISED}
     if not wanted:
         return result
-    case = run_case(run, result)
+    case = run_case(run, result, analysis)
     if case is None:
         return result
     found = {goal: [a.to_json() for a in alternatives(case, goal)] for goal in wanted}
     return result.with_alternatives({d.id: found[ADVISED[d.id]] for d in result.diagnoses if d.id in ADVISED})
 
 
-ALTERNATIVES = Extra("alternatives", lambda analysed: advise(analysed.result, analysed.path))
+ALTERNATIVES = Extra("alternatives", lambda analysed: advise(analysed.result, analysed.path, analysed.analysis()))
 """The planner's answers to a run's findings, as an extra of workbench.pipeline.analyze: what the
 CLI, the app and the report show."""

@@ -36,18 +36,22 @@ HOST_BOUND_MIN = 0.03
 MIN_COLLECTIVE_BYTES = 1 << 20
 
 
-def gemm_calls(run: str | Path) -> list[tuple[float, float]]:
+def gemm_calls(run: str | Path, analysis=None) -> list[tuple[float, float]]:
     """Each matmul op's (FLOPs, seconds), all ranks: the analysis' declared ``gemm_calls`` frame,
-    read from the run's cached summaries (the ones ``workbench analyze`` wrote) — no trace is read
-    again when they are there."""
+    from ``analysis`` (the run's workbench.pipeline.verdict.Analysis) when the caller holds it, else
+    from the run's cached summaries (the ones ``workbench analyze`` wrote) — no trace is read again
+    when they are there."""
     from workbench.analysis.frames import GEMM_CALLS
     from workbench.pipeline.reduce import load_reduced
     from workbench.pipeline.verdict import READS
 
-    r = load_reduced(run, READS)
+    if analysis is not None:
+        per_rank = analysis.per_rank_frames(GEMM_CALLS)
+    else:
+        r = load_reduced(run, READS)
+        per_rank = {rank: s.rank_frames(r.params).summary(GEMM_CALLS) for rank, s in r.summaries.items()}
     calls: list[tuple[float, float]] = []
-    for rank, s in sorted(r.summaries.items()):
-        f = s.rank_frames(r.params).summary(GEMM_CALLS)
+    for rank, f in sorted(per_rank.items()):
         calls += [(float(x), float(y)) for x, y in zip(f["flops"], f["seconds"])]
     return calls
 
@@ -133,9 +137,11 @@ def _collective_busbw(result: Result, hosts: int) -> dict[str, float]:
     return {"intra" if hosts <= 1 else "inter": rates[len(rates) // 2]}
 
 
-def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results: dict | None = None) -> Efficiencies:
+def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results: dict | None = None,
+              analyses: dict | None = None) -> Efficiencies:
     """Efficiencies measured on ``runs`` (GPU runs of the workbench; CPU runs only give collectives).
-    ``results``: ``{str(run): its analysed Result}`` already at hand (else workbench.pipeline.analyze)."""
+    ``results``: ``{str(run): its analysed Result}`` already at hand (else workbench.pipeline.analyze);
+    ``analyses``: ``{str(run): its Analysis}`` (the frames behind it) where the caller holds them."""
     from workbench.hardware.peaks import device_peak
     from workbench.plan.engine_runs import engine_case, read_manifest
     from workbench.pipeline import analyze
@@ -166,7 +172,7 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
         dtype = _dominant_dtype(res)
         # the share of the peak the planner times that dtype's matmuls against (timing: fp32 work
         # at the fp32 peak), so that the run's own layout is predicted back at its own rate
-        for f, s in gemm_calls(run):
+        for f, s in gemm_calls(run, (analyses or {}).get(str(run))):
             calls_by_peak.append((f, s, (peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12))
         for c in e.classes:
             if c["class"] == "attention" and c["flops"]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from workbench.format.errors import WorkbenchError
+from workbench.present.shown import alternative_line  # noqa: F401 - the CLI's and the app's words for an alternative
 
 COLOURS = {"critical": "red", "warning": "yellow", "info": "cyan"}
 
@@ -150,14 +151,6 @@ def _print_model(model, metrics, con) -> None:
 
 
 ALTERNATIVES_SHOWN = 2
-
-
-def alternative_line(a: dict) -> str:
-    """One alternative of ``--json``'s ``diagnoses[].alternatives`` in words (plan.advise.Alternative.line)."""
-    tight = " - too tight" if a.get("tight") else ""
-    per = " per GPU" if a.get("gpus", 1) != 1 else ""
-    return (f"{a['change']}: {a['memory_gib']:.1f} GiB of {a['capacity_gib']:.1f} ({a['headroom_pct']:.0f} % free{tight}), "
-            f"{a['step_ms']:,.0f} ms per step ({a['speedup']:.2f}x{per})")
 
 
 def _print_efficiency(eff, con, top: int = 6) -> None:

@@ -125,7 +125,7 @@ def render(analysed) -> str:
 
 def _alternatives_html(alternatives) -> str:
     """The planner's answers to a finding (workbench.calibration.alternatives), as the CLI words them."""
-    from workbench.cli.console import alternative_line
+    from workbench.present.shown import alternative_line
 
     if alternatives is None:
         return ""

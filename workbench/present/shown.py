@@ -19,4 +19,12 @@ def shown(path: Path | str, options: Options | None = None, progress: Progress |
     return analyze(path, options, progress=progress, extras=(ALTERNATIVES,))
 
 
-__all__ = ["shown"]
+def alternative_line(a: dict) -> str:
+    """One alternative of ``--json``'s ``diagnoses[].alternatives`` in words (workbench.calibration.alternatives.Alternative)."""
+    tight = " - too tight" if a.get("tight") else ""
+    per = " per GPU" if a.get("gpus", 1) != 1 else ""
+    return (f"{a['change']}: {a['memory_gib']:.1f} GiB of {a['capacity_gib']:.1f} ({a['headroom_pct']:.0f} % free{tight}), "
+            f"{a['step_ms']:,.0f} ms per step ({a['speedup']:.2f}x{per})")
+
+
+__all__ = ["alternative_line", "shown"]

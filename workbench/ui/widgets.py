@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench.cli.console import alternative_line
+from workbench.present.shown import alternative_line
 
 from workbench.present import summary
 from workbench.pipeline import AnalysedRun
