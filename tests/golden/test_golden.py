@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.present.shown import alternative_line
+
 from tests.golden import golden
 
 pytestmark = pytest.mark.committed
@@ -85,10 +87,11 @@ def test_every_committed_run_has_a_golden():
 
 @pytest.mark.parametrize("run", ALL)
 def test_analyze_json_equals_the_golden(run, run_cache, tmp_path, monkeypatch):
-    # an empty cache directory of its own: --no-cache still lets the planner's calibration (the
-    # alternatives) read and write the run's summaries, so only an empty one makes this fresh
-    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "empty"))
+    # an empty cache directory of its own, which --no-cache must leave empty
+    empty = tmp_path / "empty"
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(empty))
     assert_same(run, golden.analyze_json(path_of(run), cache=False))
+    assert not empty.exists() or not any(empty.iterdir()), f"{run}: analyze --no-cache wrote a cache"
 
 
 @pytest.mark.parametrize("run", ALL)
@@ -128,6 +131,8 @@ def test_report_states_the_golden(run, run_cache, tmp_path):
     for d in doc["diagnoses"]:
         expected += [f'id="{e(d["id"])}"', f"{e(d['severity'])} — {e(d['title'])}</p>",
                      f"<p><b>Fix:</b> {e(d['recommendation'])}</p>"]
+        # the planner's answers to the finding, worded as the CLI and the app word them
+        expected += [f"<li>{e(alternative_line(a))}</li>" for a in d.get("alternatives") or []]
     missing = [s for s in expected if s not in text]
     assert not missing, f"{run}: the report lacks {missing}"
     assert text.count('<div class="diag" ') == len(doc["diagnoses"])
