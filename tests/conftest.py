@@ -16,6 +16,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Streamlit's AppTest runs its script as ``__main__`` and leaves it there: a worker pool started
+    later in the session (forkserver) would re-run that script in every worker. Put it back."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _analysis_cache_outside_the_repo(tmp_path_factory):
     """Analyses cache their summaries next to the run (workbench.pipeline.cache): the tests analyse the

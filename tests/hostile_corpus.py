@@ -247,10 +247,11 @@ def _cached(edit: Callable[[Path], None]):
 
 
 def _result_body(body):
-    def edit(cache: Path) -> None:
-        doc = json.loads((cache / "analysis.json").read_text())
-        doc["analysis"] = body(doc["analysis"])
-        (cache / "analysis.json").write_text(json.dumps(doc))
+    def edit(cache: Path) -> None:  # every cached document (analysis.json, analysis+alternatives.json)
+        for f in cache.glob("analysis*.json"):
+            doc = json.loads(f.read_text())
+            doc["analysis"] = body(doc["analysis"])
+            f.write_text(json.dumps(doc))
     return edit
 
 
@@ -260,7 +261,8 @@ def _rename_rank(cache: Path) -> None:
         if r["rank"] == 1:
             r["rank"] = 7
     (cache / "index.json").write_text(json.dumps(doc))
-    (cache / "analysis.json").unlink()
+    for f in cache.glob("analysis*.json"):
+        f.unlink()
 
 
 def _without_gpu_clock(src: str, sync_every: int | None = None):

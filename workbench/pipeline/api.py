@@ -47,7 +47,12 @@ class Options:
     """``dask://HOST:PORT``: reduce on that Dask cluster instead."""
     peak: str | None = None
     """A user's peak for the device, ``"400 bf16"`` (workbench.hardware.devices.peak_spec): it
-    changes the figures, so the result cache is neither read nor written."""
+    changes the figures, so no cache is read or written."""
+
+    @property
+    def caching(self) -> bool:
+        """Whether the caches are read and written."""
+        return self.cache and not self.peak
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +77,7 @@ class AnalysedRun:
             from workbench.pipeline.verdict import analyze_run
 
             o = self.options
-            self._analysis = analyze_run(self.path, workers=o.workers, cache=o.cache, executor=o.executor, peak=o.peak)
+            self._analysis = analyze_run(self.path, workers=o.workers, cache=o.caching, executor=o.executor, peak=o.peak)
         return self._analysis
 
     @property
@@ -90,14 +95,14 @@ def analyze(path: Path | str, options: Options | None = None, *, progress: Progr
     """
     options = options or Options()
     path = Path(path)
-    use_cache = options.cache and not options.peak
+    use_cache = options.caching
     variant = "+".join(e.name for e in extras)
     doc = result_cache.cached_result(path, variant) if use_cache else None
     if doc is not None:
         return AnalysedRun(path=path, result=Result.from_json(doc), options=options)
     from workbench.pipeline.verdict import analyze_run
 
-    a = analyze_run(path, progress=progress, workers=options.workers, cache=options.cache, executor=options.executor,
+    a = analyze_run(path, progress=progress, workers=options.workers, cache=use_cache, executor=options.executor,
                     peak=options.peak)
     done = AnalysedRun(path=path, result=a.result(), options=options, _analysis=a)
     if use_cache:  # the plain result too: the planner's calibration reads it without extras
