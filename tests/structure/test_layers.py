@@ -27,6 +27,8 @@ FLOOR = {"format": 0, "hardware": 0.5,
 WING = {"capture": "capture", "engine": "capture",
         "load": "analysis", "analysis": "analysis", "diagnose": "analysis", "pipeline": "analysis",
         "plan": "plan"}
+IN_WING = {"capture": 0, "engine": 1, "load": 0, "analysis": 1, "diagnose": 2, "pipeline": 3, "plan": 0}
+"""Within a wing, one direction too: the engine uses capture, load → analysis → diagnose → pipeline."""
 
 
 def package(module: str) -> str:
@@ -40,7 +42,7 @@ def allowed(a: str, b: str) -> bool:
     if a == b or fb < fa:
         return True
     if fa == fb == 1:
-        return WING[a] == WING[b]
+        return WING[a] == WING[b] and IN_WING[b] <= IN_WING[a]
     if a == "present" and b in ("ui", "cli"):  # the pages and the commands are present's callers
         return False
     return fa == fb == 3  # the top floor's packages may use each other (the app prints as the CLI does)
@@ -49,7 +51,7 @@ def allowed(a: str, b: str) -> bool:
 def test_every_package_has_a_floor():
     pkgs = {package(m) for m in import_graph()}
     assert pkgs <= set(FLOOR), pkgs - set(FLOOR)
-    assert set(WING) == {p for p, f in FLOOR.items() if f == 1}
+    assert set(WING) == set(IN_WING) == {p for p, f in FLOOR.items() if f == 1}
 
 
 def test_imports_go_down_the_layers():
@@ -65,3 +67,5 @@ def test_the_rule_catches_what_it_forbids():
     assert not allowed("present", "ui") and not allowed("present", "cli") and allowed("ui", "present") and allowed("cli", "present")
     assert allowed("calibration", "pipeline") and allowed("calibration", "plan") and allowed("cli", "ui")
     assert allowed("engine", "capture") and allowed("diagnose", "load") and allowed("hardware", "format")
+    assert not allowed("capture", "engine") and not allowed("load", "analysis") and not allowed("analysis", "diagnose")
+    assert not allowed("diagnose", "pipeline") and allowed("pipeline", "diagnose") and allowed("analysis", "load")

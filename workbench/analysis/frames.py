@@ -29,6 +29,7 @@ Frame name → function → columns (see each function's docstring):
 ``efficiency``      analysis.kernel_classes.efficiency         Efficiency (compacted)
 ``gemm_calls``      frames._gemm_calls                         GEMM_CALL_COLUMNS
 ``model``           analysis.model.rank_model                  dict (kind, fields, evidence)
+``step_transient``  analysis.memory.step_transient             STEP_TRANSIENT_COLUMNS
 ==================  =========================================  ==============================
 """
 
@@ -44,7 +45,7 @@ from workbench.hardware import devices
 from workbench.analysis.comm import collective_calls, collective_inventory, comm_overlap
 from workbench.analysis.kernel_classes import Efficiency, compact, efficiency
 from workbench.analysis.kernels import device_busy
-from workbench.analysis.memory import memory_summary
+from workbench.analysis.memory import memory_summary, step_transient
 from workbench.analysis.model import rank_model
 from workbench.analysis.steps import step_breakdown, step_windows
 from workbench.load.trace import Trace, read_trace
@@ -263,6 +264,11 @@ def _gemm_calls(rf: RankFrames) -> pd.DataFrame:
     return pd.DataFrame({"flops": per["flops"].to_numpy(float), "seconds": per["us"].to_numpy(float) * 1e-6})
 
 
+def _step_transient(rf: RankFrames) -> pd.DataFrame:
+    """What the planner's memory checks measure on CPU runs (workbench.calibration.calibrate)."""
+    return step_transient(rf.trace, rf[WINDOWS])
+
+
 def _model(rf: RankFrames) -> dict:
     # the counted ops that ran (on GPU traces: launched kernels), with the dtype they ran in
     return rank_model(rf.trace, rf[WINDOWS], rf[EFFICIENCY].ops)
@@ -278,6 +284,8 @@ MEMORY_SUMMARY = Frame("memory_summary", _memory_summary, returns=dict)
 EFFICIENCY = Frame("efficiency", _efficiency, returns=Efficiency, compact=compact)
 MODEL = Frame("model", _model, returns=dict)
 GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
+STEP_TRANSIENT = Frame("step_transient", _step_transient)
 
-FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS)
+FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS,
+          STEP_TRANSIENT)
 """The analysis layer's frames (rules add their own: ``workbench.diagnose.READS``)."""

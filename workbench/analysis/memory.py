@@ -53,6 +53,29 @@ def step_floors(timeline: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
+STEP_TRANSIENT_COLUMNS = ["step", "transient_bytes"]
+
+
+def step_transient(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """Per profiled step: how far the CPU allocator's counter rose above its lowest point within the
+    step (``[memory]`` events, device type 0) — what one step allocates and frees again. The counter
+    sees only what was allocated inside the recorded window, so what lives between steps is not in
+    it. Empty for traces without CPU memory events (recorded without ``profile_memory``).
+
+    Columns: step, transient_bytes."""
+    tl = memory_timeline(trace)
+    cpu = tl[tl["device_type"] == 0]
+    if cpu.empty or windows.empty:
+        return pd.DataFrame(columns=STEP_TRANSIENT_COLUMNS)
+    ts, alloc = cpu["ts_us"].to_numpy(), cpu["allocated_bytes"].to_numpy(float)
+    rows = []
+    for step, lo, hi in zip(windows["step"].to_numpy(), windows["start_us"].to_numpy(), windows["end_us"].to_numpy()):
+        x = alloc[(ts >= lo) & (ts < hi)]
+        if len(x):
+            rows.append((int(step), float(x.max() - x.min())))
+    return pd.DataFrame(rows, columns=STEP_TRANSIENT_COLUMNS)
+
+
 def memory_summary(trace: Trace, capacity_bytes: int | None, windows: pd.DataFrame | None = None) -> dict:
     """Peak device memory vs capacity for one rank.
 

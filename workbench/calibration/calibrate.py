@@ -36,56 +36,42 @@ HOST_BOUND_MIN = 0.03
 MIN_COLLECTIVE_BYTES = 1 << 20
 
 
-def gemm_calls(run: str | Path, analysis=None) -> list[tuple[float, float]]:
-    """Each matmul op's (FLOPs, seconds), all ranks: the analysis' declared ``gemm_calls`` frame,
-    from ``analysis`` (the run's workbench.pipeline.verdict.Analysis) when the caller holds it, else
-    from the run's cached summaries (the ones ``workbench analyze`` wrote) — no trace is read again
-    when they are there."""
-    from workbench.analysis.frames import GEMM_CALLS
+def rank_frame(run: str | Path, frame, analysis=None) -> dict:
+    """rank → one declared per-rank frame of the run (workbench.analysis.frames): from ``analysis``
+    (the run's workbench.pipeline.verdict.Analysis) when the caller holds it, else from the run's
+    cached summaries (the ones ``workbench analyze`` wrote, made when missing) — no trace is read
+    again when they are there."""
     from workbench.pipeline.reduce import load_reduced
     from workbench.pipeline.verdict import READS
 
     if analysis is not None:
-        per_rank = analysis.per_rank_frames(GEMM_CALLS)
-    else:
-        r = load_reduced(run, READS)
-        per_rank = {rank: s.rank_frames(r.params).summary(GEMM_CALLS) for rank, s in r.summaries.items()}
+        return analysis.per_rank_frames(frame)
+    r = load_reduced(run, READS)
+    return {rank: s.rank_frames(r.params).summary(frame) for rank, s in r.summaries.items()}
+
+
+def gemm_calls(run: str | Path, analysis=None) -> list[tuple[float, float]]:
+    """Each matmul op's (FLOPs, seconds), all ranks: the analysis' declared ``gemm_calls`` frame."""
+    from workbench.analysis.frames import GEMM_CALLS
+
     calls: list[tuple[float, float]] = []
-    for rank, f in sorted(per_rank.items()):
+    for rank, f in sorted(rank_frame(run, GEMM_CALLS, analysis).items()):
         calls += [(float(x), float(y)) for x, y in zip(f["flops"], f["seconds"])]
     return calls
 
 
-def trace_frames(run: str | Path) -> dict:
-    """What the planner reads from a gloo run's traces beyond its JSON, as plain data:
-    ``{"cpu_step_transient_bytes": {rank: [bytes per profiled step]}}``, the peak of the profiler's
-    CPU allocator counter above its floor within each step (the counter sees only what was
-    allocated inside the recorded window, so what lives between steps is not in it)."""
-    from workbench.analysis.steps import step_windows
-    from workbench.load import load_run
+def step_transient_bytes(run: str | Path, analysis=None) -> dict[int, list[float]]:
+    """rank → bytes one profiled step allocates above its floor on the CPU allocator's counter
+    (the analysis' declared ``step_transient`` frame: workbench.analysis.memory.step_transient),
+    for the ranks whose traces recorded memory: what the planner's transient memory is held to on
+    gloo runs."""
+    from workbench.analysis.frames import STEP_TRANSIENT
 
-    import numpy as np
-
-    r = load_run(run)
-    transient: dict[int, list[float]] = {}
-    for rank in sorted(r.traces):
-        t = r.trace(rank)
-        mem = t.memory
-        if mem.empty:
-            continue
-        w = step_windows(t)
-        if w.empty:
-            continue
-        cpu = mem[mem["device_type"] == 0].sort_values("ts_us")
-        ts, alloc = cpu["ts_us"].to_numpy(), cpu["allocated_bytes"].to_numpy()
-        vals = []
-        for lo, hi in zip(w["start_us"].to_numpy(), w["end_us"].to_numpy()):
-            x = alloc[(ts >= lo) & (ts < hi)]
-            if len(x):
-                vals.append(float(np.max(x) - np.min(x)))
-        if vals:
-            transient[rank] = vals
-    return {"cpu_step_transient_bytes": transient}
+    out = {}
+    for rank, f in sorted(rank_frame(run, STEP_TRANSIENT, analysis).items()):
+        if len(f):
+            out[rank] = [float(v) for v in f["transient_bytes"]]
+    return out
 
 
 def gemm_by_size(calls: list[tuple[float, float]], peak_flops: float, per_decade: int = 4) -> tuple[tuple[float, float], ...]:

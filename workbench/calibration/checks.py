@@ -84,13 +84,13 @@ class Check:
 
 
 def memory_checks(root: Path = TRACES) -> list[Check]:
-    from workbench.calibration.calibrate import trace_frames
+    from workbench.calibration.calibrate import step_transient_bytes
     from workbench.plan.memory import memory_of_stage
 
     out = []
     for name in CPU_RUNS:
         case = engine_case(root / name)
-        frames = trace_frames(root / name)["cpu_step_transient_bytes"]
+        frames = step_transient_bytes(root / name)
         for rank, vals in sorted(frames.items()):
             vals = sorted(vals)
             measured = vals[len(vals) // 2]  # median over the profiled steps

@@ -78,9 +78,9 @@ def compare_run_plan(run: str | Path, plan_doc: dict, *, force: bool = False) ->
     if gpu:
         rows.append(_row("peak memory per GPU", "GiB", mem["total_gib"], (max_allocated_bytes(Path(run)) or 0) / 2**30 or None))
     else:
-        from workbench.calibration.calibrate import trace_frames
+        from workbench.calibration.calibrate import step_transient_bytes
 
-        per = trace_frames(run)["cpu_step_transient_bytes"].get(0) or []
+        per = step_transient_bytes(run).get(0) or []
         measured = sorted(per)[len(per) // 2] / 2**30 if per else None
         rows.append(_row("one step's allocations (rank 0)", "GiB", mem["transient_gib"], measured))
     pred_bytes = sum(c["bytes_per_step"] for c in plan.get("collectives") or [])

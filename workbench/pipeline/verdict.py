@@ -39,9 +39,10 @@ from workbench.pipeline.result import JSON_SCHEMA, Efficiency, Finding, Metrics,
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
-                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS)
+                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS, frames.STEP_TRANSIENT)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
-and the report's pages read the same)."""
+and the report's pages read the same; the planner's calibration reads ``gemm_calls`` and
+``step_transient``)."""
 READS = unique((*ANALYSIS_READS, *RULE_READS))
 """Every frame a run's analysis reads: what workbench.pipeline.reduce computes next to each trace."""
 
