@@ -203,7 +203,7 @@ ENTRIES: list[Entry] = [
           expect=("fp32_matmul", "layout_conversion", "unfused_elementwise"), expect_absent=("dataloader_stall",),
           why="torchvision ResNet-50, fp32 NCHW: fp32 convolutions, cuDNN nchwToNhwc conversions and fp32 batch "
               "norm (the autocast bf16 + channels_last case). 4 workers kept up on the H200's 16 cores "
-              "(data wait 0.1 ms of ~65 ms steps), so no stall, unlike NOTES' earlier -j 4 run"),
+              "(data wait 0.1 ms of ~65 ms steps), so no stall, unlike the earlier -j 4 run in docs/measured.md"),
     Entry(name="timm_bench_train_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
                         "--num-bench-iter", "20"),

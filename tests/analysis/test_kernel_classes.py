@@ -99,7 +99,7 @@ def test_engine_run_breakdown_by_hand():
     assert row["kernels"] == len(gemm)
     assert row["tflops_per_s"] == pytest.approx(gemm["flops"].sum() / secs / 1e12)
     assert row["pct_of_peak"] == pytest.approx(100 * row["tflops_per_s"] / device_peak("NVIDIA H200").tflops["bf16"])
-    # measured on the H200 (NOTES.md): a bf16 8192³ matmul reaches 787 TFLOP/s, 80 % of peak; the
+    # measured on the H200 (docs/measured.md): a bf16 8192³ matmul reaches 787 TFLOP/s, 80 % of peak; the
     # engine's GEMMs run near that, its cuDNN attention well below
     assert 60 < row["pct_of_peak"] < 85
     assert c.loc[("attention", "cudnn"), "pct_of_peak"] < row["pct_of_peak"]

@@ -1,6 +1,6 @@
 """Collectives: what was communicated (inventory) and how much of it the step waited for (overlap).
 
-Where the metadata comes from (see NOTES.md):
+Where the metadata comes from (docs/measured.md, "What torch.profiler traces contain"):
 - NCCL traces: ``record_param_comms`` CPU ops, and the NCCL kernels themselves, carry
   ``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Name``.
   When the kernels carry it we count kernels (one per call, with device time); else the CPU ops.

@@ -1,7 +1,7 @@
 """The model behind a trace: its size, shape, tokens, recomputation, layout and optimizer, inferred
 from what a trace recorded with ``record_shapes=True`` holds. No I/O; a trace in, a dict out.
 
-Signals (NOTES.md, "The model behind a trace"; every one is a name or a shape the profiler wrote):
+Signals (docs/measured.md, "The model behind a trace"; every one is a name or a shape the profiler wrote):
 
 - **parameters**: ``torch::autograd::AccumulateGrad`` runs once per trainable parameter tensor and
   backward pass with the gradient's shape (kineto.MODEL_OP): their sizes add up to the parameters,

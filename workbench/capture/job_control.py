@@ -29,7 +29,7 @@ import psutil
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # Time the job has to save its trace after a signal before it is killed. A profiler export
-# stalls a step by ~1.3 s on a 370M GPT (NOTES.md, "Capture overhead"); torchrun itself waits
+# stalls a step by ~1.3 s on a 370M GPT (docs/measured.md, "Capture overhead"); torchrun itself waits
 # 30 s before SIGKILL (elastic `PContext.close` default), too long for a user who pressed Ctrl-C.
 # Measured here (CPU, 2 loaded cores): a rank writes its status 0.01 s after SIGTERM, then
 # Python/torch teardown takes ~5 s, as it does after a normal exit.

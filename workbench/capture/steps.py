@@ -42,7 +42,7 @@ the environment variable exists for tests. Loops without backward are rare (infe
 they can pass ``--steps-from time:SEC`` or ``annotation:NAME`` and start at once."""
 AUTO_TIME_WINDOW_S = 1.0
 """The time window auto falls back to: the default schedule 1,1,3 then traces 3 s, a few to tens
-of MB of trace for a busy process (NOTES: ~1 MB per small CPU step)."""
+of MB of trace for a busy process (docs/measured.md: ~1 MB per small CPU step)."""
 
 IMPORT_RETRY_S = 0.01
 """A tick that lands inside an import waits this long and tries again: ending a step runs the

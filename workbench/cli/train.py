@@ -94,7 +94,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"] if args.max_restarts else ["--master-port", port]
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc_per_node), *rdzv,
                "--max-restarts", str(args.max_restarts), *cmd[1:]]
-        # restarted gloo workers fail connectFullMesh on the shared rendezvous store (NOTES.md)
+        # restarted gloo workers fail connectFullMesh on the shared rendezvous store (docs/measured.md)
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     code = subprocess.call(cmd, env=env)
     return 128 - code if code < 0 else code

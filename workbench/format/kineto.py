@@ -7,7 +7,7 @@ once, for the breakdown, the overlap, the collectives and the timeline alike) an
 the same definitions. Standard library only: the cache's key reads :func:`trace_files` before
 pandas could be imported.
 
-Where the names come from (NOTES.md, "What torch.profiler traces contain"): ``ProfilerStep#N``
+Where the names come from (docs/measured.md, "What torch.profiler traces contain"): ``ProfilerStep#N``
 annotations from the profiler's schedule, ``enumerate(DataLoader)#…__next__`` from the DataLoader
 iterator, ``record_param_comms`` and NCCL kernels on NCCL, ``c10d::*`` dispatcher ops and
 ``gloo:<op>`` annotations on gloo, ``FSDP::…`` from FSDP2, ``Forward i``/``Backward i``/``PP:…``

@@ -38,7 +38,7 @@ from workbench.load.trace import Trace, iter_text
 
 # NTP keeps hosts' clocks within milliseconds (RFC 5905; chrony on a LAN: tens of µs). 1 s is
 # far beyond that, and below the gap between two jobs' traces: a new job spends more than that
-# starting (a 2-rank gloo job: ~3.5 s from launch, NOTES.md) before its first profiled step.
+# starting (a 2-rank gloo job: ~3.5 s from launch, docs/measured.md) before its first profiled step.
 CLOCK_TOLERANCE_S = 1.0
 # The manifest stamps start_utc/end_utc to the second.
 MANIFEST_STAMP_S = 1.0

@@ -28,7 +28,7 @@ from workbench.plan.model import ModelSpec
 
 DEFAULT_GEMM = 0.80
 """Share of the dense peak large matmuls reach: a bf16 8192³ matmul ran at 787 TFLOP/s on the
-H200 (NOTES.md, 0.80 of 989), and the engine's matmuls at 78 % in traces/case_gpu_2_preload_shm."""
+H200 (docs/measured.md, "The H200": 0.80 of 989), and the engine's matmuls at 78 % in traces/case_gpu_2_preload_shm."""
 DEFAULT_ATTENTION = 0.50
 """Fused attention (FlashAttention-2/3, cuDNN) forward + backward: half the peak, as
 workbench's attention_math rule assumes."""

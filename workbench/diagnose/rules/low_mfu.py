@@ -2,7 +2,7 @@
 the achieved share of peak of its busiest GEMM class (``pct_of_peak``). MFU is held against the
 GPU's busy share of the step (idle time is the utilisation rules' finding). Ratio MFU/busy/ceiling:
 info < ``MFU_RATIO_INFO`` = 0.75, warning < ``MFU_RATIO_WARNING`` = 0.5, critical < 0.25. A
-tuned GPT step keeps ~0.6–0.7 of its GEMMs' rate (NOTES: d 2048 GPT 53.7 % MFU, bf16 GEMMs ~78 %
+tuned GPT step keeps ~0.6–0.7 of its GEMMs' rate (docs/measured.md: d 2048 GPT 53.7 % MFU, bf16 GEMMs ~78 %
 of peak; Megatron-LM 47 % MFU on H100), so below 0.5 half the step is not model math. Saved =
 busy_ms × (1 − ratio / ``MFU_RATIO_GOOD``) (the busy part at 0.7 of the ceiling).
 

@@ -1,6 +1,6 @@
 """``unfused_elementwise``: memory-bound kernels (elementwise, casts, norms, reductions, plain
 copies). Saved = their time × ``FUSION_SAVING`` = 0.45: torch.compile took the 370M GPT from 100
-to 84 ms/step (the team NOTES.md beside the repo, H200) while these classes held ~36 % of its kernel time
+to 84 ms/step (docs/measured.md, "The H200") while these classes held ~36 % of its kernel time
 (traces/case_gpu_2_preload_shm): 16 / 36 ≈ 0.45 of that time recovered.
 
 The impact test and the savings' common parts: workbench.diagnose.efficiency.
@@ -41,7 +41,7 @@ SAVED_ELEMENTWISE = saved_frame("unfused_elementwise", _elementwise_saved)
 @rule("unfused_elementwise", reads=(*EFFICIENCY_READS, SAVED_ELEMENTWISE), group="efficiency",
       summary="memory-bound kernels (elementwise, casts, norms, reductions)",
       threshold=f"{IMPACT_LEVELS}; saving = their time × {FUSION_SAVING:g}",
-      source="torch.compile on the 370M GPT (NOTES)")
+      source="torch.compile on the 370M GPT (docs/measured.md)")
 def unfused_elementwise(ctx: Context) -> Diagnosis | None:
     return saving_diagnosis(
         ctx, SAVED_ELEMENTWISE,
@@ -49,4 +49,4 @@ def unfused_elementwise(ctx: Context) -> Diagnosis | None:
                          f"({ev['memory_bound_kernels_per_step']:.0f} per step); fusing them would save ~{pct:.0f}%"),
         "fuse elementwise work: torch.compile the model (or its blocks); use fused norms/activations; "
         "avoid dtype round trips (casts) between ops",
-        f"saved = memory_bound_ms * {FUSION_SAVING} (torch.compile on the 370M GPT, NOTES.md)", ["train.compile"])
+        f"saved = memory_bound_ms * {FUSION_SAVING} (torch.compile on the 370M GPT, docs/measured.md)", ["train.compile"])

@@ -18,7 +18,7 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: boo
                cpu_offload: bool, prefetch: int = 1) -> nn.Module:
     """Shard every block, then the root (embeddings, final norm, head) over ``mesh``."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
-    # pin_memory needs an accelerator: on CPU the offload policy must not pin (NOTES.md)
+    # pin_memory needs an accelerator: on CPU the offload policy must not pin (docs/measured.md)
     offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else None
     kw = {"mesh": mesh, "mp_policy": mp, **({"offload_policy": offload} if offload else {})}
     blocks = list(model.blocks.values())
