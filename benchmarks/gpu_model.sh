@@ -3,8 +3,9 @@
 # recomputation none / selective / full, FSDP2 or not, torchtitan-style or Hugging Face's Llama,
 # each under `workbench profile`; every run directory (with the script's own log) packed into
 # OUT/<name>.tar.gz. On the device machine: bash benchmarks/gpu_model.sh $OUT
-# Not run yet: the device call needs a working tree under 64 MiB (traces/ alone is 67 MiB).
-# The CPU twins of the titan runs are tests/analysis/data/llama_cpu_* (--device cpu).
+# Unpacked, they are tests/analysis/data/llama_gpu_* (one H200, torch 2.11, transformers 5.17,
+# 2026-12-04), held to the trainer's own print by tests/analysis/test_llama_gpu.py; the CPU twins of
+# the titan runs are tests/analysis/data/llama_cpu_* (--device cpu).
 set -uo pipefail
 OUT=${1:?OUT}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -22,9 +23,9 @@ run() {  # name, trainer args...
   cp /tmp/model_runs/$name.log "$dir/console.log"
   tar czf "$OUT/$name.tar.gz" -C /tmp/model_runs "$name"
 }
-run llama_titan_fsdp_full --impl titan --fsdp --ac full
-run llama_titan_fsdp_none --impl titan --fsdp --ac none
-run llama_titan_selective_accum2 --impl titan --ac selective --accum 2
-run llama_hf_full --impl hf --ac full
-run llama_hf_none --impl hf --ac none
+run llama_gpu_fsdp_full --impl titan --fsdp --ac full
+run llama_gpu_fsdp_none --impl titan --fsdp --ac none
+run llama_gpu_sel_accum2 --impl titan --ac selective --accum 2
+run llama_gpu_hf_full --impl hf --ac full
+run llama_gpu_hf_none --impl hf --ac none
 ls -la "$OUT"

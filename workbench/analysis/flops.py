@@ -203,14 +203,38 @@ def op_flops(trace: Trace, windows: pd.DataFrame | None = None) -> pd.DataFrame:
     df = df.sort_values(["tid", "ts_us", "dur_us"], ascending=[True, True, False], kind="stable", ignore_index=True)
     end = df["ts_us"] + df["dur_us"]
     prior_end = end.groupby(df["tid"]).cummax().groupby(df["tid"]).shift()
-    df = df[~(df["ts_us"] < prior_end)]  # NaN (first on its thread) compares False: kept
+    outer = ~(df["ts_us"] < prior_end).to_numpy()  # NaN (first on its thread) compares False: kept
+    dtypes = np.array([dtype_name(a.types[0] if a.types else "") for a in df["args"]], dtype=object)
+    dtypes = _dtype_that_ran(df["name"].to_numpy(), dtypes, outer)
+    df = df[outer].assign(dtype=dtypes[outer])
     models = [_model(n, a) for n, a in zip(df["name"], df["args"])]
-    df = df.assign(kind=[m[0] for m in models], flops=[m[1] for m in models], causal=[m[2] for m in models],
-                   dtype=[dtype_name(a.types[0] if a.types else "") for a in df["args"]])
+    df = df.assign(kind=[m[0] for m in models], flops=[m[1] for m in models], causal=[m[2] for m in models])
     df = df[df["flops"].notna()].drop(columns="args").sort_values("ts_us", kind="stable", ignore_index=True)
     df["flops"] = df["flops"].astype(float)
     df["step"] = _step_of(df["ts_us"].to_numpy(), windows)
     return df[OP_COLUMNS]
+
+
+def _family(name: str) -> str:
+    return "attention" if name in ATTENTION else "conv" if "convolution" in name else "gemm"
+
+
+def _dtype_that_ran(names: np.ndarray, dtypes: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """Each outermost op's dtype is the one its innermost nested op of the same family ran in.
+
+    Autocast casts inside the op the profiler records first: Hugging Face's Llama calls SDPA on fp32
+    query and key (its rotary embedding promotes them), the outer ``aten::scaled_dot_product_attention``
+    records fp32 inputs, and inside it autocast casts them and calls SDPA again in bf16, which runs
+    cuDNN's bf16 kernel. ``names``, ``dtypes`` and ``outer`` (kept rows) are in (thread, time) order,
+    so the rows after a kept one up to the next kept one are nested in it."""
+    out = dtypes.copy()
+    kept = np.flatnonzero(outer)
+    holder = kept[np.cumsum(outer) - 1]  # for a nested row, the kept row it lies in
+    for i in np.flatnonzero(~outer):  # in time order: the innermost, latest one wins
+        j = holder[i]
+        if dtypes[i] != "unknown" and _family(names[i]) == _family(names[j]):
+            out[j] = dtypes[i]
+    return out
 
 
 def _step_of(ts: np.ndarray, windows: pd.DataFrame | None) -> np.ndarray:
