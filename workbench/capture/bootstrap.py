@@ -81,13 +81,21 @@ def run_script(script: str, argv: list[str]) -> int:
     except Exception as e:
         print(f"workbench: error: could not start capture: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    code, error, stopped = 0, None, None
     sys.argv = [script, *argv]
     # The script's directory comes first on sys.path, as `python script.py` would have it.
     sys.path.insert(0, str(Path(script).resolve().parent))
+    return run_captured(session, lambda: runpy.run_path(script, run_name="__main__"))
+
+
+def run_captured(session, target, *, reraise: bool = False) -> int:
+    """Call ``target()`` inside the started ``session``, stop the session and record how the rank
+    ended in ``status_rank{r}.json``; returns the exit code. The script's own failure is printed as
+    Python would print it, or, with ``reraise`` (a spawned rank: torch's spawn reports it to the
+    parent), raised again once the status is written."""
+    code, error, stopped, raised = 0, None, None, None
     guard = _SignalGuard().install()
     try:
-        runpy.run_path(script, run_name="__main__")
+        target()
     except SystemExit as e:  # also the session's StopRun (--max-steps, --stop-after-profile)
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         stopped = getattr(e, "reason", None)
@@ -95,40 +103,51 @@ def run_script(script: str, argv: list[str]) -> int:
             print(e.code, file=sys.stderr)
     except Interrupted as e:
         code, error = 128 + e.signum, f"interrupted by {signal.Signals(e.signum).name}"
-        print(f"workbench: rank {session.rank}: {error}; saving what was captured", file=sys.stderr, flush=True)
+        if not session.handed_over:  # else the spawned ranks say it
+            print(f"workbench: rank {session.rank}: {error}; saving what was captured", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         code, error = 130, "KeyboardInterrupt"
         traceback.print_exc()
-    except BaseException as e:  # the script's own failure: print it as Python would
+    except BaseException as e:  # the script's own failure
         code, error = 1, f"{type(e).__name__}: {e}"
-        traceback.print_exc()
+        if reraise:
+            raised = e
+        else:
+            traceback.print_exc()
     finally:
         guard.saving()
         session.stop()
-        status = {
-            "rank": session.rank,
-            "exit_code": code,
-            "error": error,
-            "signal": signal.Signals(guard.received).name if guard.received else None,
-            "stopped": getattr(session, "stop_reason", None) or stopped,
-            "steps_from": getattr(session, "steps_from", None),
-            "steps": session.step,
-            "trace_written": session.trace_written,
-            "trace_complete": session.trace_complete,
-            "write_error": getattr(session, "write_error", None),
-            "capture_options": session.options(),
-            "end_unix_s": time.time(),
-        }
-        path = session.out / f"status_rank{session.rank}.json"
-        tmp = path.with_suffix(".json.tmp")
-        try:
-            tmp.write_text(json.dumps(status, indent=2))
-            os.replace(tmp, path)  # a status file is whole or absent: absent means the rank died
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            print(f"workbench: rank {session.rank}: could not write {path.name} ({e.strerror or e})", file=sys.stderr)
+        if not session.handed_over:  # else the spawned ranks report
+            _write_status(session, code, error, guard, stopped)
         guard.restore()
+    if raised is not None:
+        raise raised
     return code
+
+
+def _write_status(session, code: int, error: str | None, guard: _SignalGuard, stopped: str | None) -> None:
+    status = {
+        "rank": session.rank,
+        "exit_code": code,
+        "error": error,
+        "signal": signal.Signals(guard.received).name if guard.received else None,
+        "stopped": getattr(session, "stop_reason", None) or stopped,
+        "steps_from": getattr(session, "steps_from", None),
+        "steps": session.step,
+        "trace_written": session.trace_written,
+        "trace_complete": session.trace_complete,
+        "write_error": getattr(session, "write_error", None),
+        "capture_options": session.options(),
+        "end_unix_s": time.time(),
+    }
+    path = session.out / f"status_rank{session.rank}.json"
+    tmp = path.with_suffix(".json.tmp")
+    try:
+        tmp.write_text(json.dumps(status, indent=2))
+        os.replace(tmp, path)  # a status file is whole or absent: absent means the rank died
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        print(f"workbench: rank {session.rank}: could not write {path.name} ({e.strerror or e})", file=sys.stderr)
 
 
 def main() -> None:

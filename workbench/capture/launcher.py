@@ -159,7 +159,10 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
     if isinstance(first.get("capture_options"), dict):
         manifest["capture"] = {**(manifest.get("capture") or {}), **first["capture_options"]}
     manifest["capture_overhead"] = _capture_overhead(run_dir, manifest)
-    errors = [f"rank {r['rank']}: {r['error']}" for r in by_rank if r.get("error")]
+    # The rank that failed first is the cause; the others' errors are what its failure did to them
+    # (a peer's closed connection, a collective's timeout).
+    failed = sorted((r for r in by_rank if r.get("error")), key=lambda r: (_end_time(r), int(r["rank"])))
+    errors = [f"rank {r['rank']}: {r['error']}" for r in failed]
     if died:
         manifest["ranks_died"] = died
         # The dead rank is the cause; the others' errors are what its death did to them.
@@ -168,6 +171,11 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
         manifest["error"] = errors[0]
     write_manifest(run_dir, manifest)
     return manifest
+
+
+def _end_time(status: dict[str, Any]) -> float:
+    t = status.get("end_unix_s")
+    return float(t) if isinstance(t, (int, float)) else float("inf")
 
 
 def _capture_overhead(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:

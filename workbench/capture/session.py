@@ -28,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from workbench.format import contract
+from workbench.capture import spawned
 from workbench.capture.sampler import Sampler, open_nvml
 from workbench.capture.device_clock import DeviceStepClock
 from workbench.capture.steps import StepSource, make_source
@@ -166,9 +167,17 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
 class CaptureSession:
     """Profiles this process from :meth:`start` to :meth:`stop`; one instance per rank."""
 
-    def __init__(self, config: CaptureConfig) -> None:
+    def __init__(self, config: CaptureConfig, *, rank: int | None = None, world_size: int | None = None,
+                 local_rank: int | None = None) -> None:
+        """``rank``, ``world_size``, ``local_rank``: this process's place in the job when the
+        environment does not say it (a process the script spawned: workbench.capture.spawned)."""
         self.config = config
-        self.rank, self.world_size, self.local_rank = dist_env()
+        env_rank, env_world, env_local = dist_env()
+        self.rank = env_rank if rank is None else rank
+        self.world_size = env_world if world_size is None else world_size
+        self.local_rank = env_local if local_rank is None else local_rank
+        self.handed_over = False
+        """This process only started the ranks (torch.multiprocessing.spawn): they capture themselves."""
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.step = 0
@@ -228,17 +237,33 @@ class CaptureSession:
         self._source = make_source(c.steps_from, self._end_step, self._resolved,
                                    time_fallback=not (self.world_size > 1 and stopping), rank=self.rank)
         self._source.install()
+        spawned.install(self)
         self._clock.start()
         self._step_start, self._step_t0 = time.time(), time.perf_counter()
         return self
 
+    def hand_over(self, nprocs: int) -> None:
+        """The script spawns its ranks (workbench.capture.spawned): this process trains nothing, so
+        it stops capturing and removes its own rank files, which the spawned processes write."""
+        self.handed_over = True
+        self.stop()
+        for name in (contract.steps_name(self.rank), contract.env_name(self.rank), contract.nvml_name(self.rank)):
+            try:
+                (self.out / name).unlink(missing_ok=True)
+            except OSError:
+                pass
+        print(f"workbench: the script spawns {nprocs} process(es) with torch.multiprocessing: each is captured "
+              f"as a rank", file=sys.stderr, flush=True)
+
     def stop(self) -> None:
-        """Stop everything; a profiler stopped mid-cycle still writes what it recorded."""
+        """Stop everything; a profiler stopped mid-cycle still writes what it recorded (not once the
+        session handed its rank over: the trace of waiting for the spawned ranks is no rank's)."""
         global _ACTIVE
+        spawned.remove()
         if self._source is not None:
             source, self._source = self._source, None
             source.remove()
-            if self.step == 0 and self.rank == 0:
+            if self.step == 0 and self.rank == 0 and not self.handed_over:
                 print(f"workbench: no step recorded: {source.why_no_step()}", file=sys.stderr, flush=True)
         if self._prof is not None:
             prof, self._prof = self._prof, None
@@ -383,6 +408,8 @@ class CaptureSession:
 
     def _trace_ready(self, prof: profile) -> None:
         # Called at the end of the active window, or by stop() mid-window (a partial cycle).
+        if self.handed_over:
+            return
         self.trace_complete = prof.step_num >= self.config.wait + self.config.warmup + self.config.active
         final = self.out / contract.trace_name(self.rank)
         tmp_json = self.out / f".rank{self.rank}.tmp.json"
