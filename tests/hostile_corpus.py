@@ -527,6 +527,17 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
 
+_OBSERVED: dict[str, Observed] = {}
+
+
+def observed(case: Case, d: Path) -> Observed:
+    """:func:`observe` once per test session: each case's own test and RELIABILITY.md's check (which
+    renders every case) share the observation instead of running the case twice."""
+    if case.name not in _OBSERVED:
+        _OBSERVED[case.name] = observe(case, d)
+    return _OBSERVED[case.name]
+
+
 def observe(case: Case, d: Path) -> Observed:
     """Build ``case`` under the empty directory ``d``, run its command, classify what happened."""
     target = case.build(d)

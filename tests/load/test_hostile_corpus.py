@@ -12,5 +12,5 @@ pytestmark = pytest.mark.live
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[pytest.mark.slow] if c.slow else []) for c in hc.CASES])
 def test_hostile_case(tmp_path, case):
-    o = hc.observe(case, tmp_path)
+    o = hc.observed(case, tmp_path)
     assert o.problem is None, (case.name, o)
