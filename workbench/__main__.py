@@ -1,6 +1,4 @@
-import sys
-
-from workbench.cli.main import main
+from workbench.cli.main import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

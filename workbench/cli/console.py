@@ -189,6 +189,16 @@ def reporting_rank() -> bool:
     return not already_a_rank() or os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
 
 
+INTERRUPTED = False
+"""A Ctrl-C was caught in this process (workbench.cli.main.run exits so that it stays caught)."""
+
+
+def interrupted() -> None:
+    """Note that this process caught a KeyboardInterrupt and carried on."""
+    global INTERRUPTED
+    INTERRUPTED = True
+
+
 def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
     """The end of ``workbench profile`` and ``workbench train --profile``: where the run went
     (stderr), its verdict (stdout), what to run next (stderr); returns the script's exit code.
@@ -206,6 +216,7 @@ def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
         note(f"[yellow]workbench: nothing to analyze: {e}[/]")
         return code
     except KeyboardInterrupt:
+        interrupted()
         error(f"analysis interrupted; the run is kept: workbench analyze {run_dir}")
         return code
     except ImportError as e:  # a capture-only machine (e.g. a GPU image without msgspec or pandas)

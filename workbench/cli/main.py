@@ -10,7 +10,9 @@ through ``workbench profile`` untouched.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from importlib import import_module
 
 from workbench.cli.registry import Command, add_parser, registered
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         error(str(e))
         return 2
     except KeyboardInterrupt:
+        from workbench.cli.console import interrupted
+
+        interrupted()
         error("interrupted")
         return 130
     except BrokenPipeError:  # `workbench analyze --json | head`: the reader left; not an error
@@ -66,5 +71,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def run() -> None:
+    """The ``workbench`` command: :func:`main`, then exit with its code. Once the command is done a
+    Ctrl-C while Python shuts down changes nothing: the run is on disk, and the exit code stays the
+    command's instead of a death by SIGINT.
+
+    Under ``python -m workbench`` a Ctrl-C that lands while string-``exec``'d code runs (a dataclass
+    or namedtuple being built in an import) makes CPython end the process by SIGINT after it exits,
+    even though the KeyboardInterrupt was caught (``Py_RunMain``'s unhandled-keyboard-interrupt
+    flag, set in ``run_eval_code_obj``). A process that caught one therefore runs its exit handlers
+    itself and leaves with ``os._exit``: the exit code is the command's (130, or the script's)."""
+    from workbench.cli import console
+
+    code = main()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if console.INTERRUPTED:
+        import atexit
+        import os
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
