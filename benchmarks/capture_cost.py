@@ -77,14 +77,14 @@ def run_variant(name: str, env_extra: dict | None, script: list[str], cwd: Path,
     out_dir = work / re.sub(r"\W+", "_", name)
     if env_extra is None:
         cmd = [sys.executable, *script]
-        if AS_RANK:  # what workbench profile gives a single rank (a torchrun script then takes its DDP path)
+        if AS_RANK:  # what torchrun gives a single rank (a torchrun script then takes its DDP path)
             from workbench.capture.launcher import single_rank_env
 
             env.update(single_rank_env(env))
     else:
         env.update(env_extra)
         cmd = [sys.executable, "-m", "workbench", "profile", "--out", str(out_dir), "--schedule", schedule,
-               "--max-steps", str(max_steps), *script]
+               "--max-steps", str(max_steps), *(["--nproc-per-node", "1"] if AS_RANK else []), *script]
     t0 = time.monotonic()
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
@@ -131,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", help="variants to run, by name or slug (cuda-only, activities, shapes, shapes-no-fwd-bwd, "
                                                  "memory, shapes-memory, alone, hooks-only; default: all)")
     p.add_argument("--alone-as-rank", action="store_true",
-                   help="run the script alone with the variables workbench profile sets at N = 1 (RANK, WORLD_SIZE, "
-                        "MASTER_ADDR …), so a script that reads them takes the same path alone as under capture")
+                   help="run the script as one torchrun rank: alone with torchrun's variables (RANK, WORLD_SIZE, "
+                        "MASTER_ADDR …), profiled with --nproc-per-node 1, so a script that reads them takes the same "
+                        "path alone as under capture")
     p.add_argument("--json", type=Path, help="write every measurement here")
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS…]")
     a = p.parse_args(argv)

@@ -105,8 +105,9 @@ class Entry:
     """cpu (this machine, gloo) or gpu (the H200 machine)."""
     args: tuple[str, ...] = ()
     """The script's own arguments, exactly as run."""
-    nproc: int = 1
-    """Ranks (``workbench profile --nproc-per-node``)."""
+    nproc: int | None = None
+    """Ranks started as torchrun does (``workbench profile --nproc-per-node``); None: the script
+    runs as ``python SCRIPT`` would."""
     gpus: int = 0
     """GPUs the script needs; ``run`` skips it on a machine with fewer."""
     profile_args: tuple[str, ...] = ()
@@ -193,9 +194,9 @@ ENTRIES: list[Entry] = [
           nproc=2, steps_from=None, traced=False, why="the FSDP2 example refuses to run without 2 accelerators: a run with no training step"),
     # --- the GPU machine (torch 2.11 + CUDA 13, one or two H200) ---
     Entry(name="ddp_torchrun_gpu", repo="pytorch/examples", path="distributed/ddp-tutorial-series/multigpu_torchrun.py",
-          kind="gpu", gpus=1, args=("2", "10", "--batch_size", "32"),
+          kind="gpu", gpus=1, nproc=1, args=("2", "10", "--batch_size", "32"),
           expect=("host_bound",),
-          why="plain DDP over NCCL as torchrun runs it (reads LOCAL_RANK, at N = 1 too); Linear(20, 1) keeps the "
+          why="plain DDP over NCCL as torchrun runs it (reads LOCAL_RANK: --nproc-per-node 1); Linear(20, 1) keeps the "
               "GPU ~1% busy with kernels < 10 us: host_bound (the tiny-kernel form of low_gpu_utilization)"),
     Entry(name="imagenet_resnet50_gpu", repo="pytorch/examples", path="imagenet/main.py", kind="gpu", gpus=1,
           args=("-a", "resnet50", "--dummy", "-b", "128", "-j", "4", "--epochs", "1", "--print-freq", "10"),
@@ -383,7 +384,7 @@ def _gpu_count() -> int:
 def command(e: Entry, run_dir: Path) -> list[str]:
     stop = (["--max-steps", str(e.max_steps)] if e.max_steps else []) if e.max_steps is not None else ["--stop-after-profile"]
     return [sys.executable, "-m", "workbench", "profile", *stop, "--out", str(run_dir),
-            *(["--nproc-per-node", str(e.nproc)] if e.nproc > 1 else []), *e.profile_args,
+            *(["--nproc-per-node", str(e.nproc)] if e.nproc else []), *e.profile_args,
             Path(e.path).name, *e.args]
 
 

@@ -1,75 +1,20 @@
 """Entry point of each profiled rank: ``python -m workbench.capture.bootstrap SCRIPT [ARGS…]``.
 
 Started by ``workbench profile`` (directly, or through torchrun), it runs the unmodified script
-as ``__main__`` inside a :class:`CaptureSession`, then records how it ended in
-``status_rank{r}.json`` and exits with the script's own exit code. The run directory and
-schedule come from ``WORKBENCH_RUN_DIR`` and ``WORKBENCH_SCHEDULE``.
-
-SIGTERM and SIGHUP would kill the rank at once and lose the trace of a cycle in progress and
-the status file. Unless the script installs its own handler, they raise :class:`Interrupted`
-(a KeyboardInterrupt, as SIGINT raises one) in the script instead: its ``finally`` blocks run,
-the session stops and saves what it recorded, and the rank exits 128 + the signal's number.
+as ``__main__`` inside a :class:`CaptureSession` (:func:`workbench.capture.rank.run_captured`), then
+exits with the script's own exit code. The run directory and schedule come from
+``WORKBENCH_RUN_DIR`` and ``WORKBENCH_SCHEDULE``. Ranks the script starts itself are captured too
+(:mod:`workbench.capture.children`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import runpy
-import signal
 import sys
-import threading
-import time
-import traceback
 from pathlib import Path
 
-# The handler each signal has when nobody installed one: only then is ours put in its place.
-_DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
-                     signal.SIGHUP: signal.SIG_DFL}
-
-
-class Interrupted(KeyboardInterrupt):
-    """Raised in the script when the rank gets SIGINT, SIGTERM or SIGHUP.
-
-    A KeyboardInterrupt, so scripts and libraries that already end cleanly on Ctrl-C (save a
-    checkpoint, close their DataLoader) do the same for a scheduler's SIGTERM.
-    """
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
-class _SignalGuard:
-    """Our handlers while the script runs; quiet (recording only) while the rank saves."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._ours: dict[int, object] = {}
-        self._saving = False
-
-    def _handle(self, signum: int, _frame) -> None:
-        if self.received is None:
-            self.received = signum
-        if not self._saving:  # an exception now would cut the trace or the status file short
-            raise Interrupted(signum)
-
-    def install(self) -> "_SignalGuard":
-        if threading.current_thread() is threading.main_thread():
-            for s, default in _DEFAULT_HANDLERS.items():
-                if signal.getsignal(s) == default:
-                    signal.signal(s, self._handle)
-                    self._ours[s] = default
-        return self
-
-    def saving(self) -> None:
-        self._saving = True
-
-    def restore(self) -> None:
-        for s, default in self._ours.items():
-            if signal.getsignal(s) == self._handle:  # the script's own handler stays
-                signal.signal(s, default)
-        self._ours = {}
+from workbench.capture import children
+from workbench.capture.rank import SpawnedRank, run_captured
 
 
 def run_script(script: str, argv: list[str]) -> int:
@@ -81,73 +26,11 @@ def run_script(script: str, argv: list[str]) -> int:
     except Exception as e:
         print(f"workbench: error: could not start capture: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    children.install(session, SpawnedRank)  # ranks the script starts itself are captured too
     sys.argv = [script, *argv]
     # The script's directory comes first on sys.path, as `python script.py` would have it.
     sys.path.insert(0, str(Path(script).resolve().parent))
     return run_captured(session, lambda: runpy.run_path(script, run_name="__main__"))
-
-
-def run_captured(session, target, *, reraise: bool = False) -> int:
-    """Call ``target()`` inside the started ``session``, stop the session and record how the rank
-    ended in ``status_rank{r}.json``; returns the exit code. The script's own failure is printed as
-    Python would print it, or, with ``reraise`` (a spawned rank: torch's spawn reports it to the
-    parent), raised again once the status is written."""
-    code, error, stopped, raised = 0, None, None, None
-    guard = _SignalGuard().install()
-    try:
-        target()
-    except SystemExit as e:  # also the session's StopRun (--max-steps, --stop-after-profile)
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        stopped = getattr(e, "reason", None)
-        if e.code is not None and not isinstance(e.code, int):
-            print(e.code, file=sys.stderr)
-    except Interrupted as e:
-        code, error = 128 + e.signum, f"interrupted by {signal.Signals(e.signum).name}"
-        if not session.handed_over:  # else the spawned ranks say it
-            print(f"workbench: rank {session.rank}: {error}; saving what was captured", file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        code, error = 130, "KeyboardInterrupt"
-        traceback.print_exc()
-    except BaseException as e:  # the script's own failure
-        code, error = 1, f"{type(e).__name__}: {e}"
-        if reraise:
-            raised = e
-        else:
-            traceback.print_exc()
-    finally:
-        guard.saving()
-        session.stop()
-        if not session.handed_over:  # else the spawned ranks report
-            _write_status(session, code, error, guard, stopped)
-        guard.restore()
-    if raised is not None:
-        raise raised
-    return code
-
-
-def _write_status(session, code: int, error: str | None, guard: _SignalGuard, stopped: str | None) -> None:
-    status = {
-        "rank": session.rank,
-        "exit_code": code,
-        "error": error,
-        "signal": signal.Signals(guard.received).name if guard.received else None,
-        "stopped": getattr(session, "stop_reason", None) or stopped,
-        "steps_from": getattr(session, "steps_from", None),
-        "steps": session.step,
-        "trace_written": session.trace_written,
-        "trace_complete": session.trace_complete,
-        "write_error": getattr(session, "write_error", None),
-        "capture_options": session.options(),
-        "end_unix_s": time.time(),
-    }
-    path = session.out / f"status_rank{session.rank}.json"
-    tmp = path.with_suffix(".json.tmp")
-    try:
-        tmp.write_text(json.dumps(status, indent=2))
-        os.replace(tmp, path)  # a status file is whole or absent: absent means the rank died
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        print(f"workbench: rank {session.rank}: could not write {path.name} ({e.strerror or e})", file=sys.stderr)
 
 
 def main() -> None:

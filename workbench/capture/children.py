@@ -1,57 +1,67 @@
-"""Ranks a script starts itself with ``torch.multiprocessing.spawn`` (or ``start_processes``).
+"""Ranks a script starts itself, captured as ranks.
 
-Many DDP scripts launch their ranks from inside (``mp.spawn(main, args=(world_size,),
-nprocs=world_size)``: the DDP tutorial's ``multigpu.py``, pytorch/examples' imagenet with
-``--multiprocessing-distributed``) instead of through torchrun. The process ``workbench profile``
-started then trains nothing: it waits in ``join()`` while the spawned processes run the steps.
+Many multi-process scripts launch their ranks from inside instead of through torchrun:
 
-So while a capture session runs, :func:`install` wraps torch's ``start_processes`` (which
-``spawn`` calls): the first time the script spawns, before it has recorded a step itself, this
-process hands its rank files over (:meth:`CaptureSession.hand_over`) and each spawned process
-runs its function under a capture session of its own, rank = its process index, world size = the
-number of processes, and records how it ended in ``status_rank{i}.json`` as a torchrun rank does.
-A process that spawns after it trained (a pool for evaluation, say) spawns uncaptured processes.
+- **torch.multiprocessing.spawn** (or ``start_processes``): ``mp.spawn(main, args=(world_size,),
+  nprocs=world_size)`` in the DDP tutorial's ``multigpu.py`` and pytorch/examples' imagenet with
+  ``--multiprocessing-distributed``; Lightning's ``ddp_spawn``. The process ``workbench profile``
+  started trains nothing: it waits in ``join()``. So the first time it spawns, before it recorded a
+  step itself, it hands its rank files over (:meth:`CaptureSession.hand_over`) and each spawned
+  process runs its function under a capture session of its own (rank = its process index, world
+  size = the number of processes), recording how it ended in ``status_rank{i}.json`` as a torchrun
+  rank does. A process that spawns after it trained (a pool for evaluation, say) spawns uncaptured
+  processes.
+- **The script run again as a subprocess** with a rank in its environment (``LOCAL_RANK`` or
+  ``RANK`` other than this process's): Lightning's and Fabric's default launcher for ``devices=N``
+  runs ``[sys.executable, SCRIPT, *argv]`` once per extra rank and trains rank 0 itself. That
+  command is run through ``workbench.capture.bootstrap`` instead, so the extra ranks are captured
+  too; any other subprocess is left as it is.
 
-Ranks are the processes' indices: what a single-node script passes to ``init_process_group`` as
-its rank. A multi-node ``mp.spawn`` script (rank = node × processes + index) should be profiled
-once per node with its own ``--out``; the traces' ``distributedInfo`` still says each global rank.
+Ranks are the processes' indices (``LOCAL_RANK`` for a relaunched script): what a single-node
+script passes to ``init_process_group``. A multi-node script that starts its own ranks should be
+profiled once per node with its own ``--out``; the traces' ``distributedInfo`` still says each
+global rank.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from typing import Any, Callable
 
-_ORIGINAL: dict[str, Callable] = {}
+_ORIGINAL: dict[str, Any] = {}
 CHILD_ENV = "WORKBENCH_SPAWNED"
 """Set in the spawned processes: they capture themselves and do not wrap spawn again."""
+RANK_VARIABLES = ("RANK", "LOCAL_RANK")
 
 
-class SpawnedRank:
-    """``fn`` as a spawned process runs it: ``fn(i, *args)`` under a capture session of rank ``i``.
-    Picklable by reference (torch's spawn pickles the function it starts)."""
+def relaunched(args: Any, env: dict | None, rank: int) -> list[str] | None:
+    """The command that runs ``args`` under capture, when ``args`` runs this script again as another
+    rank (``[python, SCRIPT, …]`` with ``LOCAL_RANK``/``RANK`` in ``env`` other than ``rank``);
+    None for any other command."""
+    if not isinstance(args, (list, tuple)) or len(args) < 2 or not all(isinstance(a, (str, os.PathLike)) for a in args):
+        return None
+    exe, script = (str(a) for a in args[:2])
+    main = sys.argv[0] if sys.argv else ""
+    if not main or os.path.realpath(exe) != os.path.realpath(sys.executable):
+        return None
+    try:
+        if not os.path.samefile(script, main):
+            return None
+    except OSError:
+        return None
+    env = os.environ if env is None else env
+    ranks = [env.get(v) for v in RANK_VARIABLES if env.get(v) is not None]
+    if not ranks or all(r == str(rank) for r in ranks):
+        return None
+    return [exe, "-m", "workbench.capture.bootstrap", *(str(a) for a in args[1:])]
 
-    def __init__(self, fn: Callable, nprocs: int) -> None:
-        self.fn = fn
-        self.nprocs = nprocs
 
-    def __call__(self, i: int, *args: Any) -> None:
-        import os
-
-        from workbench.capture.bootstrap import run_captured
-        from workbench.capture.session import CaptureConfig, CaptureSession
-
-        os.environ[CHILD_ENV] = "1"
-        session = CaptureSession(CaptureConfig.from_env(), rank=i, world_size=self.nprocs, local_rank=i).start()
-        code = run_captured(session, lambda: self.fn(i, *args), reraise=True)
-        if code:  # torch's spawn reports a failed process by its exit code (the traceback is printed)
-            sys.exit(code)
-
-
-def install(session) -> None:
-    """Wrap torch's ``start_processes`` for the length of ``session`` (:func:`remove` undoes it)."""
-    import os
-
+def install(session, spawned_rank: Callable[[Callable, int], Callable]) -> None:
+    """Wrap torch's ``start_processes`` and ``subprocess.Popen`` for the length of ``session``
+    (:func:`remove` undoes it). ``spawned_rank(fn, nprocs)`` is what a spawned process runs instead
+    of ``fn`` (workbench.capture.rank.SpawnedRank: ``fn`` under a capture session of its own)."""
     if os.environ.get(CHILD_ENV) or _ORIGINAL:
         return
     import torch.multiprocessing as tmp
@@ -62,11 +72,19 @@ def install(session) -> None:
     def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
         if session.step == 0 and not session.handed_over:
             session.hand_over(nprocs)
-            fn = SpawnedRank(fn, nprocs)
+            fn = spawned_rank(fn, nprocs)
         return original(fn, args, nprocs, join, daemon, start_method=start_method)
 
-    _ORIGINAL["module"], _ORIGINAL["package"] = original, tmp.start_processes
+    popen_init = subprocess.Popen.__init__
+
+    def __init__(self, args, *a, **kw):  # noqa: N807 - the wrapped dunder
+        if not a:  # ``env`` is keyword-only in practice (the 11th positional argument otherwise)
+            args = relaunched(args, kw.get("env"), session.rank) or args
+        popen_init(self, args, *a, **kw)
+
+    _ORIGINAL.update(module=original, package=tmp.start_processes, popen=popen_init)
     module.start_processes = tmp.start_processes = start_processes
+    subprocess.Popen.__init__ = __init__
 
 
 def remove() -> None:
@@ -76,3 +94,7 @@ def remove() -> None:
 
     sys.modules["torch.multiprocessing.spawn"].start_processes = _ORIGINAL.pop("module")
     tmp.start_processes = _ORIGINAL.pop("package")
+    subprocess.Popen.__init__ = _ORIGINAL.pop("popen")
+
+
+__all__ = ["CHILD_ENV", "install", "relaunched", "remove"]

@@ -1,10 +1,14 @@
 """``workbench profile``: run an unmodified training script under capture, 1..N ranks.
 
-- N == 1 and not already a rank: one child ``python -m workbench.capture.bootstrap``, with the
-  variables ``torchrun --nproc-per-node 1`` would set (:func:`single_rank_env`), so a script
-  written for torchrun (``os.environ["LOCAL_RANK"]``, ``init_process_group()`` from env) runs.
-- N > 1: ``python -m torch.distributed.run --nproc-per-node N -m workbench.capture.bootstrap``;
-  torchrun sets RANK/WORLD_SIZE/MASTER_ADDR as for any torchrun job.
+- No ``--nproc-per-node`` (launch "python"): one child ``python -m workbench.capture.bootstrap``
+  with the environment as it is, so the script runs as ``python SCRIPT`` would run it. Frameworks
+  read torchrun's variables to decide how to run: Lightning with ``devices=2`` under them waits for
+  a second rank nobody starts, Hugging Face's Trainer becomes a one-rank distributed job.
+- ``--nproc-per-node 1`` (launch "torchrun"): the same child with the variables
+  ``torchrun --nproc-per-node 1`` would set (:func:`single_rank_env`), for a script written for
+  torchrun (``os.environ["LOCAL_RANK"]``, ``init_process_group()`` from env).
+- ``--nproc-per-node N > 1``: ``python -m torch.distributed.run --nproc-per-node N -m
+  workbench.capture.bootstrap``; torchrun sets RANK/WORLD_SIZE/MASTER_ADDR as for any torchrun job.
 - Already a rank (started under torchrun, or srun with SLURM_PROCID): capture in this process.
 
 The child's stdout/stderr are inherited (they pass through unchanged); the exit code returned is
@@ -87,13 +91,14 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 
 def start_manifest(run_dir: Path, command: list[str], nproc: int, schedule: tuple[int, int, int], config: dict | None = None,
-                   capture: dict | None = None) -> dict[str, Any]:
+                   capture: dict | None = None, launch: str = "torchrun") -> dict[str, Any]:
     manifest = {
         "schema_version": contract.SCHEMA_VERSION,
         "run_id": run_dir.name,
         "command": shlex.join(command),
         "config": config or {},
         "nproc_per_node": nproc,
+        "launch": launch,
         "world_size": None,
         "schedule": {"wait": schedule[0], "warmup": schedule[1], "active": schedule[2]},
         "capture": capture or {"steps_from": "auto", "max_steps": None, "stop_after_profile": False},
@@ -207,11 +212,14 @@ def _rank_exit_code(run_dir: Path, fallback: int) -> int:
     return bad[0] if bad else fallback
 
 
-def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = None,
+def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path | None = None,
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
             command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
             stop_after_profile: bool = False, profile_memory: bool | None = None) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
+
+    ``nproc``: None runs one process as ``python SCRIPT`` would; N ranks as ``torchrun
+    --nproc-per-node N`` would (its variables at N = 1 too).
 
     ``command`` is what the manifest records as the user's command (default: the equivalent
     ``workbench profile`` line); ``workbench train`` passes its own. ``steps_from`` says what
@@ -226,18 +234,20 @@ def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = 
     capture = {"steps_from": steps_from, "max_steps": max_steps, "stop_after_profile": bool(stop_after_profile)}
     if not Path(script).is_file():
         raise WorkbenchError(f"training script not found: {script}")
-    if nproc < 1:
+    if nproc is not None and nproc < 1:
         raise WorkbenchError(f"--nproc-per-node must be >= 1, got {nproc}")
+    launch = "python" if nproc is None else "torchrun"
+    n = nproc or 1
     run_dir = Path(out) if out else default_run_dir(script)
     env = dict(os.environ, WORKBENCH_RUN_DIR=str(run_dir.resolve()), WORKBENCH_SCHEDULE=",".join(map(str, schedule)),
                WORKBENCH_STEPS_FROM=steps_from, WORKBENCH_MAX_STEPS=str(max_steps or ""),
                WORKBENCH_STOP_AFTER_PROFILE="1" if stop_after_profile else "")
     if profile_memory is not None:  # else the environment's WORKBENCH_PROFILE_MEMORY, or the default (off)
         env["WORKBENCH_PROFILE_MEMORY"] = "1" if profile_memory else "0"
-    command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc > 1 else []), script, *args]
+    command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc else []), script, *args]
 
     if already_a_rank():
-        if nproc > 1:
+        if n > 1:
             raise WorkbenchError("already one rank of a torchrun/srun job: drop --nproc-per-node (the launcher started the ranks)")
         # One process of a job someone else launched: capture here, rank 0 keeps the manifest.
         from workbench.capture.bootstrap import run_script
@@ -246,20 +256,21 @@ def profile(script: str, args: list[str], *, nproc: int = 1, out: Path | None = 
         os.environ.update(env)
         rank = dist_env()[0]
         run_dir.mkdir(parents=True, exist_ok=True)
-        manifest = start_manifest(run_dir, command, nproc, schedule, config, capture) if rank == 0 else None
+        manifest = start_manifest(run_dir, command, n, schedule, config, capture, "external") if rank == 0 else None
         code = run_script(script, args)
         if manifest is not None:
             finish_manifest(run_dir, manifest, code, job_ended=False)
         return code, run_dir
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = start_manifest(run_dir, command, nproc, schedule, config, capture)
+    manifest = start_manifest(run_dir, command, n, schedule, config, capture, launch)
     child = [sys.executable, "-m", "workbench.capture.bootstrap", script, *args]
-    if nproc == 1:
-        env.update(single_rank_env(env))
+    if n == 1:
+        if launch == "torchrun":
+            env.update(single_rank_env(env))
     else:
         # torchrun's own exit code is 1 for any failure; the ranks' status files keep the real one.
-        child = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+        child = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
                  "--master-port", os.environ.get("MASTER_PORT") or str(_free_port()),
                  "-m", "workbench.capture.bootstrap", script, *args]
     # Signals stay ours until the manifest is complete: a second Ctrl-C must not leave it `running`.

@@ -28,7 +28,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from workbench.format import contract
-from workbench.capture import spawned
 from workbench.capture.sampler import Sampler, open_nvml
 from workbench.capture.device_clock import DeviceStepClock
 from workbench.capture.steps import StepSource, make_source
@@ -122,12 +121,17 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(CaptureConfig)}
 
 
 def dist_env() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from torchrun's variables, else SLURM's, else (0, 1, 0)."""
+    """(rank, world_size, local_rank) from torchrun's variables, else SLURM's, else a local rank
+    alone (Lightning's launcher for ``devices=N`` sets ``LOCAL_RANK`` and ``WORLD_SIZE`` in the
+    processes it starts), else (0, 1, 0). The world size is corrected from the process group once
+    the script has one (:meth:`CaptureSession._note_process_group`)."""
     env = os.environ
     if "RANK" in env:
         return int(env["RANK"]), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
     if "SLURM_PROCID" in env:
         return int(env["SLURM_PROCID"]), int(env.get("SLURM_NTASKS", 1)), int(env.get("SLURM_LOCALID", 0))
+    if "LOCAL_RANK" in env:
+        return int(env["LOCAL_RANK"]), int(env.get("WORLD_SIZE", 1)), int(env["LOCAL_RANK"])
     return 0, 1, 0
 
 
@@ -170,7 +174,7 @@ class CaptureSession:
     def __init__(self, config: CaptureConfig, *, rank: int | None = None, world_size: int | None = None,
                  local_rank: int | None = None) -> None:
         """``rank``, ``world_size``, ``local_rank``: this process's place in the job when the
-        environment does not say it (a process the script spawned: workbench.capture.spawned)."""
+        environment does not say it (a process the script spawned: workbench.capture.rank.SpawnedRank)."""
         self.config = config
         env_rank, env_world, env_local = dist_env()
         self.rank = env_rank if rank is None else rank
@@ -178,6 +182,8 @@ class CaptureSession:
         self.local_rank = env_local if local_rank is None else local_rank
         self.handed_over = False
         """This process only started the ranks (torch.multiprocessing.spawn): they capture themselves."""
+        self._info: dict[str, Any] = {}
+        self._group_seen = False
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.step = 0
@@ -225,7 +231,7 @@ class CaptureSession:
             raise ValueError(f"--max-steps/--stop-after-profile with --steps-from {c.steps_from} cannot stop "
                              f"{self.world_size} ranks at the same iteration; use optimizer, backward or annotation:NAME")
         _ACTIVE = self
-        info = environment_info(self.rank, self.world_size, self.local_rank)
+        self._info = info = environment_info(self.rank, self.world_size, self.local_rank)
         _write_json_atomic(self.out / contract.env_name(self.rank), info)
         if c.sampler:
             backend = open_nvml(self.local_rank) if torch.cuda.is_available() else None
@@ -237,13 +243,12 @@ class CaptureSession:
         self._source = make_source(c.steps_from, self._end_step, self._resolved,
                                    time_fallback=not (self.world_size > 1 and stopping), rank=self.rank)
         self._source.install()
-        spawned.install(self)
         self._clock.start()
         self._step_start, self._step_t0 = time.time(), time.perf_counter()
         return self
 
     def hand_over(self, nprocs: int) -> None:
-        """The script spawns its ranks (workbench.capture.spawned): this process trains nothing, so
+        """The script spawns its ranks (workbench.capture.children): this process trains nothing, so
         it stops capturing and removes its own rank files, which the spawned processes write."""
         self.handed_over = True
         self.stop()
@@ -255,15 +260,16 @@ class CaptureSession:
         print(f"workbench: the script spawns {nprocs} process(es) with torch.multiprocessing: each is captured "
               f"as a rank", file=sys.stderr, flush=True)
 
-    def stop(self) -> None:
+    def stop(self, *, say_no_step: bool = True) -> None:
         """Stop everything; a profiler stopped mid-cycle still writes what it recorded (not once the
-        session handed its rank over: the trace of waiting for the spawned ranks is no rank's)."""
+        session handed its rank over: the trace of waiting for the spawned ranks is no rank's).
+        ``say_no_step``: say why no step was recorded, if none was (not after the script failed:
+        its own error says why)."""
         global _ACTIVE
-        spawned.remove()
         if self._source is not None:
             source, self._source = self._source, None
             source.remove()
-            if self.step == 0 and self.rank == 0 and not self.handed_over:
+            if self.step == 0 and self.rank == 0 and not self.handed_over and say_no_step:
                 print(f"workbench: no step recorded: {source.why_no_step()}", file=sys.stderr, flush=True)
         if self._prof is not None:
             prof, self._prof = self._prof, None
@@ -317,10 +323,33 @@ class CaptureSession:
         action = self._prof.current_action.name
         return "record" if action.startswith("RECORD") else "warmup" if action == "WARMUP" else "off"
 
+    def _note_process_group(self) -> None:
+        """Once the script has a process group, its world size is the job's: a script that starts
+        its own ranks (Lightning's launcher, a rank that read no variable) may have said otherwise
+        when the capture started. Checked at step ends until there is one (one call each)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        self._group_seen = True
+        try:
+            world, rank = dist.get_world_size(), dist.get_rank()
+        except (RuntimeError, ValueError):
+            return
+        if world != self.world_size or rank != self.rank:
+            self.world_size = world
+            self._info.update(world_size=world, process_group_rank=rank)
+            try:
+                _write_json_atomic(self.out / contract.env_name(self.rank), self._info)
+            except OSError as e:
+                self._write_failed(contract.env_name(self.rank), e)
+
     def _write_row(self) -> None:
         # The step ends here: its host time and its GPU end event are taken before any of the
         # capture's own work (row, profiler step, trace export), which is the row's capture_ms.
         t = time.perf_counter()
+        if not self._group_seen:
+            self._note_process_group()
         phase = self._phase()
         row: dict[str, Any] = {
             "step": self.step,

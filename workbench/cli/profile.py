@@ -17,12 +17,16 @@ EXAMPLES = """examples:
   workbench profile --stop-after-profile main.py -a resnet50      # end a long script after the window
   workbench profile --steps-from backward word_language_model/main.py   # a loop without torch.optim
   workbench profile --nproc-per-node 2 workbench/examples/slow_data_ddp.py --num-workers 0
+  workbench profile --nproc-per-node 1 multigpu_torchrun.py 50 10   # a script that reads LOCAL_RANK
+  workbench profile multigpu.py 50 10       # ranks started by torch.multiprocessing.spawn: each captured
   torchrun --nproc-per-node 8 -m workbench profile train.py     # already under torchrun/srun
 """
 
 
 def _arguments(pr: argparse.ArgumentParser) -> None:
-    pr.add_argument("--nproc-per-node", type=int, default=1, metavar="N", help="ranks to start through torchrun (default 1)")
+    pr.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                    help="start N ranks as torchrun does, with its variables (RANK, LOCAL_RANK, WORLD_SIZE …) at N = 1 "
+                         "too; default: one process, run as `python SCRIPT` would run it")
     pr.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory (default traces/<script>-<time>)")
     pr.add_argument("--schedule", default="1,1,3", metavar="WAIT,WARMUP,ACTIVE",
                     help="profiler schedule in optimizer steps (default 1,1,3)")
