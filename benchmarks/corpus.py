@@ -57,6 +57,7 @@ SOURCES = {
 EXTRACT = {
     "pytorch/examples": ["word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py",
                          "distributed/ddp-tutorial-series/multigpu_torchrun.py",
+                         "distributed/ddp-tutorial-series/multigpu.py",
                          "distributed/ddp-tutorial-series/datautils.py", "distributed/FSDP2/example.py",
                          "distributed/FSDP2/checkpoint.py", "distributed/FSDP2/model.py", "distributed/FSDP2/utils.py",
                          "imagenet/main.py"],
@@ -108,6 +109,9 @@ class Entry:
     nproc: int | None = None
     """Ranks started as torchrun does (``workbench profile --nproc-per-node``); None: the script
     runs as ``python SCRIPT`` would."""
+    world: int | None = None
+    """The job's ranks when the script starts them itself (torch.multiprocessing.spawn, Lightning's
+    launcher); default ``nproc``, else 1."""
     gpus: int = 0
     """GPUs the script needs; ``run`` skips it on a machine with fewer."""
     profile_args: tuple[str, ...] = ()
@@ -143,6 +147,11 @@ class Entry:
     @property
     def commit(self) -> str:
         return SOURCES[self.repo][1]
+
+    @property
+    def ranks(self) -> int:
+        """The ranks the run has."""
+        return self.world or self.nproc or 1
 
 
 _HF_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -198,6 +207,11 @@ ENTRIES: list[Entry] = [
           expect=("host_bound",),
           why="plain DDP over NCCL as torchrun runs it (reads LOCAL_RANK: --nproc-per-node 1); Linear(20, 1) keeps the "
               "GPU ~1% busy with kernels < 10 us: host_bound (the tiny-kernel form of low_gpu_utilization)"),
+    Entry(name="ddp_spawn_gpu", repo="pytorch/examples", path="distributed/ddp-tutorial-series/multigpu.py",
+          kind="gpu", gpus=1, args=("2", "10", "--batch_size", "32"),
+          expect=("host_bound",),
+          why="the same DDP in the tutorial's torch.multiprocessing.spawn form: no torchrun, one process spawned "
+              "per GPU (world size = torch.cuda.device_count()); each spawned process is captured as a rank"),
     Entry(name="imagenet_resnet50_gpu", repo="pytorch/examples", path="imagenet/main.py", kind="gpu", gpus=1,
           args=("-a", "resnet50", "--dummy", "-b", "128", "-j", "4", "--epochs", "1", "--print-freq", "10"),
           profile_args=("--schedule", "5,1,3"),

@@ -74,9 +74,9 @@ def test_committed_run_matches_its_row(name):
     e = _entry(name)
     run_dir = CORPUS_RUNS / name
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["world_size"] == e.nproc
+    assert manifest["world_size"] == e.ranks
     statuses = [json.loads(f.read_text()) for f in sorted(run_dir.glob("status_rank*.json"))]
-    assert len(statuses) == e.nproc
+    assert len(statuses) == e.ranks
     assert {s.get("steps_from") for s in statuses} == {e.steps_from}, statuses
     if not e.traced:
         # No profiler window completed: analysis refuses the run in one line instead of crashing.
@@ -85,7 +85,7 @@ def test_committed_run_matches_its_row(name):
         return
     a = analyze_run(run_dir)
     assert not a.breakdown.empty and a.breakdown["step_ms"].gt(0).all()
-    assert sorted(a.per_rank["rank"].unique().tolist()) == list(range(e.nproc))
+    assert sorted(a.per_rank["rank"].unique().tolist()) == list(range(e.ranks))
     ids = {d.id for d in a.diagnoses}
     for want in e.expect:
         assert want in ids, (name, sorted(ids))
