@@ -14,7 +14,7 @@ peak RSS summed over the process tree):
 - ``python -m workbench analyze --json DIR``
 - HTA: ``TraceAnalysis(trace_dir=DIR)`` + ``get_temporal_breakdown`` + ``get_idle_time_breakdown``
 
-and prints both tools' idle/compute split of the GPU time and the ratios. Acceptance (issue 4):
+and prints both tools' idle/compute split of the GPU time and the ratios. Goal:
 workbench ≥ 10× faster, ≤ 1/3 of HTA's peak memory, idle and compute within 2 points.
 Meaningful on GPU traces (HTA reads GPU kernels; on a CPU trace it reports nothing useful and
 this script only exercises the mechanics).

@@ -1,4 +1,4 @@
-"""Time to the app's first view of a run whose trace is ≥ 200 MB (issue 7's acceptance).
+"""Time to the app's first view of a run whose trace is ≥ 200 MB.
 
     python -m benchmarks.app_first_view [--min-mb 200] [--source traces/gpu_slow_data] [--keep DIR]
 

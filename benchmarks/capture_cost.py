@@ -1,4 +1,4 @@
-"""What each part of the capture costs a host-sensitive loop (issue 16, item 2), side by side in one run.
+"""What each part of the capture costs a host-sensitive loop, side by side in one run.
 
 Runs one training script several times: alone (its own timer is the truth), then under
 ``workbench profile`` with the profiler off (the hooks alone: step rows, sampler, DataLoader

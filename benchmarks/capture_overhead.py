@@ -1,6 +1,6 @@
 """What capture costs a training run: the engine's reference run with and without ``--profile``.
 
-Issue 12, item 4(e). The same ``workbench train`` command runs unprofiled (A) and profiled (B),
+The same ``workbench train`` command runs unprofiled (A) and profiled (B),
 alternating A B / B A over ``--repeats`` rounds so drift on a shared machine cancels, with the
 same steps. Numbers, for A and B and their ratio:
 
@@ -51,7 +51,7 @@ from pathlib import Path
 from benchmarks.measure import measure
 
 GOAL = 1.03
-"""Issue 12: profiled median step time at most 3 % above the unprofiled one."""
+"""The goal: profiled median step time at most 3 % above the unprofiled one."""
 
 STEP_LINE = re.compile(r"^step (\d+) loss \S+ grad_norm \S+ step_ms ([0-9.]+)\s*$")
 THROUGHPUT_LINE = re.compile(r"^throughput: ([0-9,]+) tokens/s .*?, ([0-9.]+) ms/step over (\d+) steps")

@@ -1,4 +1,4 @@
-"""Public training scripts nobody here wrote, run unmodified under ``workbench profile`` (issue 11).
+"""Public training scripts nobody here wrote, run unmodified under ``workbench profile``.
 
 Each entry of :data:`ENTRIES` names a script in a public repository (repo, path, commit), the
 exact arguments it ran with, where it runs (``cpu``: this 2-core machine, gloo; ``gpu``: the H200
@@ -74,7 +74,7 @@ CPU_TIMEOUT_S = 300
 
 @dataclass(frozen=True, kw_only=True)
 class Timer:
-    """How a self-timed script prints its own step time (issue 16, item 5), read from its console.
+    """How a self-timed script prints its own step time, read from its console.
 
     ``regex`` has two groups, (step, value): the value is that step's own time (``per_step``,
     nanoGPT's ``iter N: … time X ms``), or one group, (value,), the mean over ``steps`` (a
@@ -128,7 +128,7 @@ class Entry:
     """False: the run ends before the profiler's window completes, so there is no trace and
     analysis must refuse it with its one-line 'no trace' error rather than crash."""
     timer: Timer | None = None
-    """The script's own timer printout (self-timed scripts, issue 16)."""
+    """The script's own timer printout (self-timed scripts)."""
     timeout_s: int | None = None
     """Wall limit (default GPU_TIMEOUT_S / CPU_TIMEOUT_S): compiled runs need longer."""
     max_steps: int | None = None
@@ -238,7 +238,7 @@ ENTRIES: list[Entry] = [
     Entry(name="word_lm_gpu", repo="pytorch/examples", path="word_language_model/main.py", kind="gpu", gpus=1,
           args=("--accel", "--epochs", "1", "--log-interval", "50"), steps_from="backward", expect=("host_bound",),
           why="the loop without torch.optim on a GPU: steps from backward(), a small LSTM, host_bound (GPU busy 18%)"),
-    # --- fixed twins (issue 10, item 5): the one change a user would make after the verdict above ---
+    # --- fixed twins: the one change a user would make after the verdict above ---
     Entry(name="timm_bench_train_cl_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
                         "--num-bench-iter", "20", "--channels-last"),
@@ -253,7 +253,7 @@ ENTRIES: list[Entry] = [
     Entry(name="word_lm_b160_gpu", repo="pytorch/examples", path="word_language_model/main.py", kind="gpu", gpus=1,
           args=("--accel", "--epochs", "1", "--log-interval", "50", "--batch_size", "160"), steps_from="backward",
           why="word_lm_gpu with 8x the batch (default 20), the fix host_bound names"),
-    # --- self-timed scripts (issue 16, item 5): they print their own step time (and MFU) ---
+    # --- self-timed scripts: they print their own step time (and MFU) ---
     *(Entry(name=f"nanogpt_{tag}_gpu", repo="karpathy/nanoGPT", path="train.py", kind="gpu", gpus=1,
             args=(*_NANOGPT_ARGS, *extra), timer=_NANOGPT_TIMER, timeout_s=timeout, max_steps=0,
             why=f"nanoGPT's train.py, GPT-2 124M, batch 12 x 1024, 4 micro-steps, {what}; it prints its own "

@@ -1,4 +1,4 @@
-"""Estimates of the whole fix against measured fix pairs (issue 16, item 4).
+"""Estimates of the whole fix against measured fix pairs.
 
 Each pair is two committed runs of one script, before and after the one change a verdict names,
 made in one device call (or one CPU session) side by side. The estimate is what the *before* run's

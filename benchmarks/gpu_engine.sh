@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine (one H200), from the source tree: the engine benchmark (issue 3) and the
-# case study's GPU ladder (issue 6). Logs and run directories (tarred) land in OUTDIR.
+# On the GPU machine (one H200), from the source tree: the engine benchmark and the
+# case study's GPU ladder. Logs and run directories (tarred) land in OUTDIR.
 #   bash benchmarks/gpu_engine.sh OUTDIR
 set -uo pipefail
 OUT=${1:?OUTDIR}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 on one GPU: what the capture costs, and self-timed public scripts under it.
+# The job's numbers on one GPU: what the capture costs, and self-timed public scripts under it.
 #   bash benchmarks/gpu_truth.sh OUT PART...   PART: cost | nanogpt | imagenet | compile | timm
 # needs corpus/ (python -m benchmarks.corpus extract); on the device machine carry ["corpus"] and
 # run from the repository root with OUT=$OUT. Each part is time-boxed (PART_TIMEOUT_S, default

@@ -12,7 +12,7 @@ stay quiet on the clean run.
 CPU (gloo; the plumbing and the CPU numbers):
     python -m benchmarks.layouts --nproc 2 --out runs/layouts
     python -m benchmarks.layouts --nproc 8 --only 3d --out runs/layouts8
-GPUs (NCCL; issue 5, one command for the whole table):
+GPUs (NCCL; one command for the whole table):
     python -m benchmarks.layouts --nproc 8 --config case_studies/engine/gpt370m_fsdp.toml \\
         --set data.batch_size=8 --steps 12 --out runs/layouts --json layouts.json
 

@@ -16,7 +16,7 @@ shared 2-core machine wall time moves with the other processes' load.
   would show up as an error rather than as a slow number;
 - ``whole``: the whole-file decode, forced (what minified traces cost before they streamed).
 
-Every process prints its event count; the script checks they agree. Goal (issue 11): the minified
+Every process prints its event count; the script checks they agree. Goal: the minified
 files within 1.5× of the Kineto-layout file's time (CPU) and peak memory on the sliced path.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from benchmarks.measure import ROOT, Failed, measure_ok
 from benchmarks.synthetic import build, gzip_file, minify, source_file
 
-GOAL = 1.5  # issue 11: minified within 1.5× of the Kineto layout's time and memory
+GOAL = 1.5  # minified within 1.5× of the Kineto layout's time and memory
 
 # Runs in the child: read one trace on the chosen path, print the number of events and rows.
 READ = r"""

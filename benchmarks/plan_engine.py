@@ -1,4 +1,4 @@
-"""The planner against the engine's committed runs (issue 18, item 4): prints the three tables
+"""The planner against the engine's committed runs: prints the three tables
 BENCHMARKS.md holds (memory per GPU, communication volume, step time).
 
     python -m benchmarks.plan_engine              # ~10 s here, reads traces/

@@ -1,4 +1,4 @@
-"""The engine runs the planner's H200 checks need beyond the committed ones (issue 18, item 4):
+"""The engine runs the planner's H200 checks need beyond the committed ones:
 model size, batch, recomputation and dtype, each a profiled `workbench train` run.
 
     python -m benchmarks.plan_gpu run OUTDIR     # on one H200 (~4 min): OUTDIR/plan_gpu.tgz + plan_gpu.txt

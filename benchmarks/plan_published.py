@@ -1,4 +1,4 @@
-"""The planner against published large runs (issue 18, item 5): prints the table BENCHMARKS.md holds.
+"""The planner against published large runs : prints the table BENCHMARKS.md holds.
 
     python -m benchmarks.plan_published            # ~1 s, no GPU, no network
 

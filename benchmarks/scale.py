@@ -1,4 +1,4 @@
-"""Scale benchmarks (issue 12, item 4 a–d): workbench vs HTA on a 1 GB trace and a 256-rank run,
+"""Scale benchmarks : workbench vs HTA on a 1 GB trace and a 256-rank run,
 the cached reopen, and how time and memory grow with events and with ranks.
 
     python -m benchmarks.scale big    --json big.json       # (a) ≥ 1 GB / ≥ 3M-event trace, vs HTA
@@ -26,7 +26,7 @@ Data (never in the repo; ``--out DIR``, default a temp dir, deleted afterwards u
 - ``curves``: the same builders at several sizes.
 
 Flags ``--workers`` and ``--no-cache`` of ``workbench analyze`` are used when its ``--help`` lists
-them; without them (the CLI before issue 12) every run is serial and uncached and the JSON says so.
+them; without them (the CLI before workers and the cache) every run is serial and uncached and the JSON says so.
 A cold run also deletes ``RUN/.workbench-cache``.
 """
 
@@ -54,7 +54,7 @@ FIGURES = Path(__file__).resolve().parent / "figures"
 CACHE_DIR = ".workbench-cache"
 MiB = 2**20
 
-# Goals of issue 12, item 4.
+# The goals.
 BIG_SPEEDUP = 20.0  # workbench ≥ 20× faster than HTA on the 1 GB trace
 BIG_MEM_FRACTION = 0.25  # at ≤ ¼ of HTA's peak memory
 BIG_WB_RSS = 1 << 30  # and under 1 GiB itself

@@ -87,7 +87,7 @@ def steady_steps(run_dir: Path) -> tuple[float, float | None, list[tuple[float, 
 
     frames = {int(f.stem.removeprefix("steps_rank")): pd.read_csv(f) for f in run_dir.glob("steps_rank*.csv")}
     warmup = (json.loads((run_dir / "manifest.json").read_text()).get("schedule") or {}).get("warmup")
-    summary = steady_summary(frames, warmup=warmup)  # the profiler's warm-up steps are not steady (issue 16)
+    summary = steady_summary(frames, warmup=warmup)  # the profiler's warm-up steps are not steady
     s = steady(frames[0], warmup)
     s = s[(s["step"] - 1).isin(s["step"])]
     windows = list(zip(s["start_unix_s"], s["start_unix_s"] + s["step_ms"] / 1e3))

@@ -115,7 +115,7 @@ communication rung, which one GPU cannot show.
 rung before's (step time where a run has no tokens), next to the tool's upper-bound estimate for
 the diagnosis that rung fixed. "step ms" and "tokens/s" cover the steady steps (step ≥ 1, neither
 profiled nor the profiler's warm-up; all ranks): the numbers `workbench compare` gives for the same
-run (`metrics.steady_step_ms`, `metrics.tokens_per_s`). Re-derived in issue 16 from the committed
+run (`metrics.steady_step_ms`, `metrics.tokens_per_s`). Re-derived on 2026-12-03 from the committed
 runs (`remeasure.py`): warm-up steps left out of the steady steps, the recorded steps' breakdown,
 trace busy share and estimates set against the job's step; what moved is in the README.
 
