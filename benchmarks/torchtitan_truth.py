@@ -1,7 +1,9 @@
 """The workbench's MFU and tokens/s against torchtitan's own log on the committed torchtitan runs
 (traces/corpus/torchtitan_*: one H200, torch 2.11, torchtitan v0.2.2), over the same steps: the
 job's unprofiled steps (torchtitan's step N is the workbench's step N - 1). The engine's 1.3B runs
-(traces/recompute_1p3b_*) against the engine's own step times and FLOP convention follow.
+(traces/recompute_1p3b_*) against the engine's own step times and FLOP convention follow, then a
+Llama-shaped trainer (Hugging Face's LlamaForCausalLM and a torchtitan-style model under FSDP2,
+tests/analysis/data/llama_gpu_*) against its own timer over the steps the capture did no work in.
 
     python -m benchmarks.torchtitan_truth     # Markdown tables (BENCHMARKS.md)
 """
@@ -46,6 +48,15 @@ def main() -> int:
         tokens = man["config"]["data"]["batch_size"] * cfg["seq_len"] * tr["grad_accum"]
         print(f"| `{run}` | {rc} | {doc['efficiency']['mfu_pct']:.1f} % | "
               f"{100 * engine_flops_per_token(cfg) * tokens / s / H200_BF16:.1f} % | {doc['efficiency']['hfu_pct']:.1f} % |")
+    from tests.analysis.test_llama_gpu import RUNS as LLAMA, analysed, script_truth
+
+    print("\n| run | recomputation | step (ms) | its own | tokens/s | its own | MFU | its own | HFU |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for run, (rc, _, _) in LLAMA.items():
+        doc, t = analysed(run), script_truth(run)
+        m, e = doc["metrics"], doc["efficiency"]
+        print(f"| `{run}` | {rc} | {m['step_ms']:.1f} | {t['step_ms']:.1f} | {m['tokens_per_s']:,.0f} | "
+              f"{t['tokens'] / t['step_ms'] * 1e3:,.0f} | {e['mfu_pct']:.1f} % | {t['mfu_pct']:.1f} % | {e['hfu_pct']:.1f} % |")
     return 0
 
 
