@@ -219,6 +219,15 @@ ENTRIES: list[Entry] = [
           why="torchvision ResNet-50, fp32 NCHW: fp32 convolutions, cuDNN nchwToNhwc conversions and fp32 batch "
               "norm (the autocast bf16 + channels_last case). 4 workers kept up on the H200's 16 cores "
               "(data wait 0.1 ms of ~65 ms steps), so no stall, unlike the earlier -j 4 run in docs/measured.md"),
+    Entry(name="imagenet_spawn_gpu", repo="pytorch/examples", path="imagenet/main.py", kind="gpu", gpus=1,
+          args=("-a", "resnet50", "--dummy", "-b", "128", "-j", "4", "--epochs", "1", "--print-freq", "10",
+                "--multiprocessing-distributed", "--dist-url", "tcp://127.0.0.1:29561", "--world-size", "1",
+                "--rank", "0"),
+          profile_args=("--schedule", "5,1,3"),
+          expect=("fp32_matmul", "layout_conversion", "unfused_elementwise"), expect_absent=("dataloader_stall",),
+          why="imagenet_resnet50_gpu launched as the README's multi-GPU recipe does: --multiprocessing-distributed "
+              "spawns one DDP process per GPU (torch.multiprocessing.spawn), each captured as a rank: the same "
+              "verdict as the single-process run, now under DDP over NCCL"),
     Entry(name="timm_bench_train_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
                         "--num-bench-iter", "20"),
