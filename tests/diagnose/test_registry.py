@@ -1,6 +1,6 @@
 """The rule registry: every rule module registers its one rule, in the order the rules package
 lists them; ids are unique and are the ids the rules' diagnoses carry; every rule takes the run's
-Context and nothing else; a rule registered for a while runs and goes; README's rule table is the
+Context and nothing else; a rule registered for a while runs and goes; docs/diagnoses.md's rule table is the
 registry's. Each check is a function that returns what is wrong, shown failing on a bad case."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def emit_problems(entries, found: dict[str, list[Diagnosis]]) -> list[str]:
 
 
 def readme_table(text: str) -> str:
-    """README's rule table: the lines between its two markers."""
+    """docs/diagnoses.md's rule table: the lines between its two markers."""
     lines = text.split("\n")
     start = next(i for i, line in enumerate(lines) if line.startswith(TABLE_START))
     end = lines.index(TABLE_END)
@@ -214,8 +214,8 @@ def test_on_a_breakdown_alone_only_the_breakdown_rules_can_fire():
         assert ctx.undeclared == [] and [d.id for d in diagnose(a.breakdown, a.run.manifest.get("config"))] == ids
 
 
-def test_readme_rule_table_is_the_registrys(capsys):
-    readme = (ROOT / "README.md").read_text()
+def test_docs_rule_table_is_the_registrys(capsys):
+    readme = (ROOT / "docs" / "diagnoses.md").read_text()
     assert readme_table(readme) == markdown_table(), "regenerate it: python -m workbench.diagnose --table"
     assert main(["--table"]) == 0 and capsys.readouterr().out == markdown_table()
     # the check fails on a row edited by hand, and on a rule the table lacks

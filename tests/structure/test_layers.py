@@ -1,4 +1,4 @@
-"""The package is built in layers (README, Architecture), and the import graph keeps them: a
+"""The package is built in layers (docs/architecture.md), and the import graph keeps them: a
 package imports only packages on lower floors, or its own wing's on the same floor.
 
     ground     format (trace format, manifest, errors) < hardware (GPUs, systems)

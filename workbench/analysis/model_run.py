@@ -71,7 +71,7 @@ def _layout(ranks: dict[int, dict], world: int | None) -> dict[str, Any] | None:
 
 
 def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str, Any]:
-    """The run's ``model`` block (README, ``--json``): ``{"kind", "convention", "fields"}`` from each
+    """The run's ``model`` block (docs/analyze.md, ``--json``): ``{"kind", "convention", "fields"}`` from each
     rank's :func:`rank_model`. Local views become the model's: heads and FFN × tp, parameters
     summed over the ranks of one data-parallel replica (every rank traced) or scaled by tp × pp,
     layers summed over pipeline stages, tokens × dp."""

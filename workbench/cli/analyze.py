@@ -23,7 +23,7 @@ EXAMPLES = """examples:
 A directory is read as a run when it holds Kineto/Chrome traces under any *.json[.gz] name
 (rank-0.json.gz, control.json.gz, trace.json ...); files that are not traces are skipped, and a
 warning names what was taken and skipped. Ranks come from distributedInfo, the file name, then
-file order. The device is resolved from its name or properties (README: the device table).
+file order. The device is resolved from its name or properties (docs/analyze.md: the device table).
 
 Each rank's trace is reduced to the frames the rules read in a worker process; the results are
 cached in RUN/.workbench-cache (or ~/.cache/workbench when RUN is read-only), so opening the run

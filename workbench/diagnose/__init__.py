@@ -3,7 +3,7 @@
 Each rule is one module of :mod:`workbench.diagnose.rules`, a function ``rule(ctx: Context) ->
 Diagnosis | None`` registered with ``@rule(id, reads=(...), group=..., summary=..., threshold=...,
 source=...)`` (:mod:`workbench.diagnose.registry`): the per-rank frames it reads (see
-:mod:`workbench.analysis.frames`) and the line README's rule table prints for it. ``RULES`` and
+:mod:`workbench.analysis.frames`) and the line docs/diagnoses.md's rule table prints for it. ``RULES`` and
 ``READS`` come from the registry; adding a rule is its module, its test and one line in
 ``workbench/diagnose/rules/__init__.py``.
 """

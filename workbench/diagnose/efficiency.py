@@ -29,7 +29,7 @@ from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
 
 IMPACT_BANDS = ((5.0, "info"), (10.0, "warning"), (20.0, "critical"))
 IMPACT_LEVELS = "saving ≥ " + " / ".join(f"{t:g}" for t, _ in IMPACT_BANDS) + " % of step"
-"""``IMPACT_BANDS`` as the rules' ``threshold`` (README's rule table) writes them."""
+"""``IMPACT_BANDS`` as the rules' ``threshold`` (docs/diagnoses.md's rule table) writes them."""
 FLASH_FRACTION = 0.5
 
 

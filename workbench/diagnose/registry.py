@@ -10,7 +10,7 @@ A rule is a function ``rule(ctx: Context) -> Diagnosis | None`` in its own modul
 
 The registry keeps the order the rules registered in (``workbench.diagnose.rules`` imports their
 modules in one list): the order they run in, which the final sort by severity and gain keeps for
-ties. ``workbench.diagnose.RULES`` / ``READS``, the app's efficiency page and README's rule table
+ties. ``workbench.diagnose.RULES`` / ``READS``, the app's efficiency page and docs/diagnoses.md's rule table
 (:func:`markdown_table`, ``python -m workbench.diagnose --table``) all read it, so nothing lists the
 rules by hand.
 """
@@ -50,7 +50,7 @@ class Rule:
     group: str
     """One of :data:`GROUPS`."""
     summary: str
-    """The signal, one line (README's rule table)."""
+    """The signal, one line (docs/diagnoses.md's rule table)."""
     threshold: str
     """Its info / warning / critical levels, one line."""
     source: str
@@ -126,7 +126,7 @@ def group_ids(group: str) -> tuple[str, ...]:
 
 
 def markdown_table() -> str:
-    """README's rule table: one row per registered rule, in registry order."""
+    """docs/diagnoses.md's rule table: one row per registered rule, in registry order."""
     rows = [f"| {' / '.join(f'`{e}`' for e in r.emits)} | {r.summary} | {r.threshold} | {r.source} |"
             for r in _RULES.values()]
     return "\n".join((*TABLE_HEADER, *rows)) + "\n"

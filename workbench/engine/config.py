@@ -1,7 +1,8 @@
 """Typed engine config: one dataclass per concern, loaded from TOML plus ``--set key=value``.
 
 Imports no torch: ``workbench train`` validates a config (and refuses impossible combinations
-with one line) before any process starts. Every toggle of DESIGN.md's table is one field here.
+with one line) before any process starts. Every toggle (data, overlap, compression, parallelism, memory, faults) is one field here;
+`workbench train --print-config` lists them with what each does.
 
     cfg = load_config("case_studies/engine/ddp_tiny.toml", ["data.num_workers=4"])
     cfg.check_world(world_size=2)     # degrees vs ranks, PowerSGD buckets on gloo, ...
@@ -202,7 +203,8 @@ class TrainConfig:
 class FaultsConfig:
     redundant_allgather: bool = False
     """All-gather every block's output across the data-parallel ranks and slice it back, every
-    micro-batch: the 'unnecessary all-gathers' of DESIGN.md's case study."""
+    micro-batch: the 'unnecessary all-gathers' of the seed article's case study
+    (case_studies/utilisation_30_to_85/RESULTS.md)."""
     straggler_rank: int = -1
     """This rank does extra host compute every step (-1 = none)."""
     straggler_ms: float = 50.0

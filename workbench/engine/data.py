@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from workbench.engine.config import Config
 
-# faults.slow_data: every sample at least this slow (DESIGN.md's dataloader_stall reproduction)
+# faults.slow_data: every sample at least this slow (the dataloader_stall reproduction of case_studies/utilisation_30_to_85)
 SLOW_DATA_COST = 8
 SLOW_DATA_LATENCY_MS = 2.0
 
