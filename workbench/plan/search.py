@@ -4,7 +4,9 @@ and why the others lost.
 The space (Narayanan et al. 2021, §3, name these trade-offs): tensor parallel inside a node
 (powers of two dividing the heads), pipeline stages (1F1B or GPipe; uneven stages allowed), data parallel over the
 rest (dividing the global batch), micro-batch sizes, interleaving (layers per stage divisible by
-vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel.
+vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel,
+and for a mixture of experts the expert-parallel degree: every ep that divides both the experts
+and dp x tp (the ranks it is carved from, see workbench.plan.layout).
 Memory is checked first (cheap); only layouts that fit are timed.
 """
 
@@ -79,7 +81,8 @@ class Loss:
     """One reason layouts lost to the best."""
 
     reason: str
-    """does not fit | recomputation | compute | tensor-parallel communication | pipeline bubble |
+    """does not fit | recomputation | compute | tensor-parallel communication | expert-parallel
+    communication | pipeline bubble |
     pipeline p2p | exposed data-parallel communication | optimizer | host."""
     count: int
     example: str
@@ -109,6 +112,13 @@ def check_layout(m: ModelSpec, layout: Layout, global_batch: int) -> str | None:
         return f"tp={layout.tp} and the {m.kv} kv heads do not divide each other"
     if layout.pp > m.layers:
         return f"pp={layout.pp} > {m.layers} layers"
+    if layout.ep > 1:
+        if not m.moe:
+            return f"ep={layout.ep} needs a mixture of experts ({m.name} is dense)"
+        if m.experts % layout.ep:
+            return f"ep={layout.ep} does not divide the {m.experts} experts"
+        if (layout.dp * layout.tp) % layout.ep:
+            return f"ep={layout.ep} does not divide dp x tp = {layout.dp * layout.tp} (it is carved from those ranks)"
     if global_batch % (layout.dp * layout.mb):
         return f"the global batch {global_batch} is not divisible by dp x mb = {layout.dp * layout.mb}"
     if layout.vpp > 1:
@@ -168,12 +178,22 @@ def layouts(req: PlanRequest) -> list[Layout]:
                                 # GPipe takes as long as 1F1B and holds all m micro-batches: it only
                                 # ever loses on memory, which the table of losers then says
                                 for schedule in (("1f1b", "gpipe") if pp > 1 and vpp == 1 else ("1f1b",)):
-                                    out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute,
-                                                      sp=sp, vpp=vpp, schedule=schedule))
+                                    for ep in eps(m, dp * tp):
+                                        out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute,
+                                                          sp=sp, vpp=vpp, schedule=schedule, ep=ep))
     return out
 
 
+def eps(m: ModelSpec, ranks: int) -> list[int]:
+    """Expert-parallel degrees for ``ranks`` = dp x tp ranks of a stage: 1 for a dense model, else
+    every divisor of both the experts and the ranks."""
+    if not m.moe:
+        return [1]
+    return [e for e in divisors(math.gcd(m.experts, ranks))]
+
+
 COMPONENTS = (("recompute_s", "recomputation"), ("compute_s", "compute"), ("tp_comm_s", "tensor-parallel communication"),
+              ("ep_comm_s", "expert-parallel communication"),
               ("bubble_s", "pipeline bubble"), ("pp_comm_s", "pipeline p2p"),
               ("dp_exposed_s", "exposed data-parallel communication"), ("optimizer_s", "optimizer"), ("host_s", "host"))
 
