@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 
-from workbench.plan.model import PRESETS  # noqa: E402
+from workbench.plan.presets import PRESETS  # noqa: E402
 from workbench.plan.published import median_abs_error, predict_all  # noqa: E402
 
 

@@ -103,7 +103,7 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     inferred (``model``: a MODEL argument that replaces the inferred shape). ``result``: the run's
     analysis when the caller has it (else :func:`analysis_of`)."""
     from workbench.plan.engine_runs import engine_case, read_manifest
-    from workbench.plan.model import model_spec
+    from workbench.plan.presets import model_spec
 
     p = Path(run)
     if not p.exists():

@@ -12,7 +12,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     from workbench.format.errors import WorkbenchError
     from workbench.hardware.systems import make_cluster
     from workbench.plan.layout import fill_dp, parse_layout
-    from workbench.plan.model import model_spec
+    from workbench.plan.presets import model_spec
     from workbench.plan.search import PlanRequest
     from workbench.plan.timing import Efficiencies
 

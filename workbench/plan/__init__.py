@@ -16,7 +16,8 @@ neither torch nor plotly. Pure functions over typed dataclasses:
     engine_runs.py, checks.py, published.py   the checks against the engine and the literature
 """
 
-from workbench.plan.model import ModelSpec, model_spec
+from workbench.plan.model import ModelSpec
+from workbench.plan.presets import model_spec
 from workbench.plan.layout import Layout, Stack, parse_layout
 from workbench.plan.search import Plan, PlanRequest, evaluate, plan
 from workbench.plan.timing import Efficiencies

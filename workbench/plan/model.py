@@ -1,8 +1,8 @@
 """What is trained: a decoder-only transformer's shape, its parameter count and its FLOPs.
 
-Dense, mixture-of-experts and latent-attention models. Presets are the models the planner is
-checked on (the engine's sizes, the Megatron-LM papers' GPTs, GPT-3 175B of the seed article,
-Llama 3, Qwen3, Mixtral, DeepSeek-V3) and a key list spells any other:
+Dense, mixture-of-experts and latent-attention models. Presets (workbench.plan.presets: the
+engine's sizes, the Megatron-LM papers' GPTs, GPT-3 175B of the seed article, Llama 3, Qwen3,
+Mixtral, DeepSeek-V3) name the models the planner is checked on, and a key list spells any other:
 
     model_spec("gpt3-175b")
     model_spec("L=96,h=12288,a=96,V=51200,s=2048")            # the same GPT-3
@@ -317,25 +317,3 @@ def parse_model(text: str) -> ModelSpec:
     if missing:
         raise WorkbenchError(f"model key list {text!r} lacks {', '.join(missing)} (needs L, h, a, V, s)")
     return ModelSpec(name=text, **fields)
-
-
-def model_spec(name_or_keys: str) -> ModelSpec:
-    """A preset by name (case-insensitive), else a key list."""
-    from workbench.plan.presets import PRESETS
-
-    key = name_or_keys.strip().lower()
-    if key in PRESETS:
-        return PRESETS[key]
-    if "=" in name_or_keys:
-        return parse_model(name_or_keys)
-    raise WorkbenchError(f"unknown model {name_or_keys!r}: a preset ({', '.join(PRESETS)}) or a key list "
-                         "L=96,h=12288,a=96,V=51200,s=2048[,ffn=…,kv=…]")
-
-
-def __getattr__(name: str):
-    # the registry lives in workbench.plan.presets (it builds ModelSpecs, so it imports this module)
-    if name == "PRESETS":
-        from workbench.plan.presets import PRESETS
-
-        return PRESETS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

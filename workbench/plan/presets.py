@@ -16,7 +16,8 @@ trainer's config); ``--seq`` changes them.
 
 from __future__ import annotations
 
-from workbench.plan.model import ModelSpec
+from workbench.format.errors import WorkbenchError
+from workbench.plan.model import ModelSpec, parse_model
 
 
 def _gpt(name: str, L: int, h: int, a: int, V: int = 51200, s: int = 2048) -> ModelSpec:
@@ -99,3 +100,14 @@ PRESETS: dict[str, ModelSpec] = {
     "deepseek-v3-671b": _deepseek_v3("deepseek-v3-671b", 61, 7168, 128, 129280, 18432, 256, 8, 1, 2048, 3, 1536),
 }
 PRESETS.update(_engine_presets())
+
+
+def model_spec(name_or_keys: str) -> ModelSpec:
+    """A preset by name (case-insensitive), else a key list (:func:`workbench.plan.model.parse_model`)."""
+    key = name_or_keys.strip().lower()
+    if key in PRESETS:
+        return PRESETS[key]
+    if "=" in name_or_keys:
+        return parse_model(name_or_keys)
+    raise WorkbenchError(f"unknown model {name_or_keys!r}: a preset ({', '.join(PRESETS)}) or a key list "
+                         "L=96,h=12288,a=96,V=51200,s=2048[,ffn=…,kv=…,hd=…,experts=…,top_k=…]")

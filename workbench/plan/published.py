@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from workbench.hardware.systems import make_cluster
 from workbench.plan.layout import Layout
-from workbench.plan.model import PRESETS, ModelSpec
+from workbench.plan.model import ModelSpec
+from workbench.plan.presets import PRESETS
 from workbench.plan.search import Evaluated, PlanRequest, evaluate, layouts
 
 MEGATRON_2021 = {"sp": False, "zero": 0}
@@ -34,7 +35,7 @@ class Published:
     source: str
     """Paper and table."""
     model: str
-    """A preset of workbench.plan.model."""
+    """A preset of workbench.plan.presets."""
     gpu: str
     gpus: int
     global_batch: int

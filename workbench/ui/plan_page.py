@@ -13,7 +13,7 @@ from workbench.format.errors import WorkbenchError
 from workbench.hardware.devices import resolve
 from workbench.hardware.peaks import DEVICES
 from workbench.present.plan_figures import memory_bars, step_split_bars
-from workbench.plan.model import PRESETS
+from workbench.plan.presets import PRESETS
 from workbench.plan.report import to_json
 from workbench.calibration.request import build_request
 from workbench.plan.search import plan
