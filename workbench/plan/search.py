@@ -54,6 +54,10 @@ class PlanRequest:
     run_job: object | None = None
     """``--from-run``: what the run ran (a :class:`workbench.calibration.from_run.RunJob`), to predict it on
     its own GPUs and batch whatever this request asks."""
+    zero_at_dp1: int | None = None
+    """The ZeRO stage layouts with one replica (dp = 1) keep (``--from-run``: the run's): with nothing to
+    shard over, every stage is the same layout, so the search offers none as an alternative. None: the
+    stack's own (torch: DDP or FSDP2 on one replica)."""
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -167,12 +171,15 @@ def layouts(req: PlanRequest) -> list[Layout]:
                     if vpp > 1 and (pp == 1 or -(-m.layers // pp) < vpp or mbs % pp):
                         continue
                     # DeepSpeed and Megatron-LM run ZeRO-2/3 without pipelining; FSDP2 runs under it
-                    for zero in ((0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)):
+                    zeros = (0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)
+                    if dp == 1:
                         # ZeRO shards nothing over one replica, but FSDP2 (the torch stack's ZeRO-3)
                         # on one GPU still saves memory: bf16 blocks, no autocast weight copies, no
-                        # DDP buckets — what torchtitan-like trainers run by default on one GPU
-                        if zero and dp == 1 and not (zero == 3 and req.stack == "torch"):
-                            continue
+                        # DDP buckets — what torchtitan-like trainers run by default on one GPU; a
+                        # run's plan keeps the run's own stage there (no ZeRO "alternative" at dp 1)
+                        zeros = (0, 3) if req.stack == "torch" else (0,)
+                        zeros = zeros if req.zero_at_dp1 is None else (req.zero_at_dp1,)
+                    for zero in zeros:
                         for recompute in RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 # GPipe takes as long as 1F1B and holds all m micro-batches: it only
