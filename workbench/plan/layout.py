@@ -236,12 +236,15 @@ STACKS = ("megatron", "deepspeed", "torch")
 
 
 def stack_for(name: str, dtype: str, layout: Layout, *, flash_attention: bool | None = None,
-              dp_overlap: bool | None = None) -> Stack:
-    """The stack ``name`` as it runs ``layout`` (torch: DDP + autocast for ZeRO 0/1, FSDP2 for 2/3)."""
+              dp_overlap: bool | None = None, ep_overlap: bool | None = None) -> Stack:
+    """The stack ``name`` as it runs ``layout`` (torch: DDP + autocast for ZeRO 0/1, FSDP2 for 2/3);
+    ``ep_overlap``: expert-parallel all-to-alls hidden behind another micro-batch (DualPipe)."""
     if name == "megatron":
-        return megatron_stack(dtype, flash_attention=bool(flash_attention), dp_overlap=bool(dp_overlap))
-    if name == "deepspeed":
-        return deepspeed_stack(dtype)
-    if name == "torch":
-        return torch_stack(dtype, zero=layout.zero, pipeline=layout.pp > 1)
-    raise WorkbenchError(f"--stack must be one of {', '.join(STACKS)}, got {name!r}")
+        stack = megatron_stack(dtype, flash_attention=bool(flash_attention), dp_overlap=bool(dp_overlap))
+    elif name == "deepspeed":
+        stack = deepspeed_stack(dtype)
+    elif name == "torch":
+        stack = torch_stack(dtype, zero=layout.zero, pipeline=layout.pp > 1)
+    else:
+        raise WorkbenchError(f"--stack must be one of {', '.join(STACKS)}, got {name!r}")
+    return replace(stack, ep_overlap=True) if ep_overlap else stack

@@ -6,9 +6,10 @@ docs read. Each family's numbers are its published configuration, cited beside i
 - Qwen3 dense (Hugging Face ``Qwen/Qwen3-{0.6B,4B,8B}`` config.json): heads × head_dim ≠ hidden,
   q/k norms, the small ones tied;
 - mixture-of-experts: Mixtral 8x7B (``mistralai/Mixtral-8x7B-v0.1`` config.json), Qwen3-30B-A3B
-  (``Qwen/Qwen3-30B-A3B`` config.json), DeepSeek-V3 16B and 671B as torchtitan's ``deepseek_v3``
-  model flavors define them (``torchtitan/models/deepseek_v3/__init__.py``: ``_16b``, ``_671b``;
-  the 671B is ``deepseek-ai/DeepSeek-V3``'s config.json without its multi-token-prediction layer).
+  (``Qwen/Qwen3-30B-A3B`` config.json), DeepSeek-V3 16B, DeepSeek-V2 236B and DeepSeek-V3 671B as
+  torchtitan's ``deepseek_v3`` model flavors define them (``torchtitan/models/deepseek_v3/__init__.py``:
+  ``_16b``, ``_236b``, ``_671b``; the 671B is ``deepseek-ai/DeepSeek-V3``'s config.json without its
+  multi-token-prediction layer).
 
 Sequence lengths are what the family trains at by default (its pre-training stage or its
 trainer's config); ``--seq`` changes them.
@@ -95,6 +96,9 @@ PRESETS: dict[str, ModelSpec] = {
     # torchtitan deepseek_v3 "16B" (DeepSeek-V2-Lite / Moonlight shape): 27 blocks, the first dense
     # (10,944), then 64 experts of 1,408, top-6, 2 shared; 16 heads; V 102,400; q projected directly
     "deepseek-v3-16b": _deepseek_v3("deepseek-v3-16b", 27, 2048, 16, 102400, 10944, 64, 6, 2, 1408, 1, 0),
+    # torchtitan deepseek_v3 "236B" (DeepSeek-V2): 60 blocks, the first dense (12,288), then 160 experts of
+    # 1,536, top-6, 2 shared; 128 heads, q_lora_rank 1,536; V 102,400
+    "deepseek-v2-236b": _deepseek_v3("deepseek-v2-236b", 60, 5120, 128, 102400, 12288, 160, 6, 2, 1536, 1, 1536),
     # DeepSeek-V3 671B: 61 blocks, the first 3 dense (18,432), then 256 experts of 2,048, top-8,
     # 1 shared; 128 heads, q_lora_rank 1,536; V 129,280
     "deepseek-v3-671b": _deepseek_v3("deepseek-v3-671b", 61, 7168, 128, 129280, 18432, 256, 8, 1, 2048, 3, 1536),

@@ -47,6 +47,8 @@ class PlanRequest:
     """Megatron stack: fused attention (newer Megatron-LM / Transformer Engine); default: not (2021-22)."""
     dp_overlap: bool | None = None
     """Megatron stack: data-parallel reduction overlaps backward (newer Megatron-LM); default: not."""
+    ep_overlap: bool | None = None
+    """Expert-parallel all-to-alls overlap another micro-batch's compute (DeepSeek's DualPipe); default: not."""
     run_stack: Stack | None = None
     """The exact stack of an engine run (``--from-run``), used for ``layout``."""
     from_run: dict | None = None
@@ -66,7 +68,8 @@ class PlanRequest:
     def stack_for(self, layout: Layout) -> Stack:
         if self.run_stack is not None and layout == self.layout:
             return self.run_stack
-        return stack_for(self.stack, self.dtype, layout, flash_attention=self.flash_attention, dp_overlap=self.dp_overlap)
+        return stack_for(self.stack, self.dtype, layout, flash_attention=self.flash_attention, dp_overlap=self.dp_overlap,
+                         ep_overlap=self.ep_overlap)
 
 
 @dataclass(kw_only=True, slots=True)
