@@ -171,8 +171,8 @@ def _moe_shape(f: dict, shape: dict, assumed: list[str]) -> None:
 
 
 def _closest_shape(f: dict, params_total: int | None) -> tuple[dict, str]:
-    """learned_pos, bias, norm and q/k norms: the combination whose parameter count is nearest the
-    run's (the traces count parameters, not which small tensors make them up)."""
+    """learned_pos, bias and norm: the combination whose parameter count is nearest the run's (the
+    traces count parameters, not which small tensors make them up)."""
     base = dict(f)
     gpt, llama = dict(learned_pos=True, bias=True, norm="layernorm"), dict(learned_pos=False, bias=False, norm="rms")
     if not params_total:
@@ -182,14 +182,13 @@ def _closest_shape(f: dict, params_total: int | None) -> tuple[dict, str]:
     for pos in (True, False):
         for bias in (True, False):
             for norm in ("layernorm", "rms"):
-                for qk in (False, True):
-                    extra = dict(learned_pos=pos, bias=bias, norm=norm, qk_norm=qk)
-                    try:
-                        n = ModelSpec(name="x", **base, **extra).params()
-                    except WorkbenchError:
-                        continue
-                    if abs(n - params_total) < err:
-                        best, err = extra, abs(n - params_total)
+                extra = dict(learned_pos=pos, bias=bias, norm=norm)
+                try:
+                    n = ModelSpec(name="x", **base, **extra).params()
+                except WorkbenchError:
+                    continue
+                if abs(n - params_total) < err:
+                    best, err = extra, abs(n - params_total)
     return best, f"the nearest to the run's {params_total:,} parameters ({100 * err / params_total:.2f} % off)"
 
 
@@ -234,8 +233,7 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
                                            "attention", "params_total", "params_active") if k in full})
         norms = "weight and bias" if extra["norm"] == "layernorm" else "weight only"
         assumed.insert(0, f"position table {'learned' if extra['learned_pos'] else 'none (rotary)'}, "
-                          f"biases {'yes' if extra['bias'] else 'no'}, norms with {norms}"
-                          f"{', q/k norms' if extra.get('qk_norm') else ''}: {how}")
+                          f"biases {'yes' if extra['bias'] else 'no'}, norms with {norms}: {how}")
         active = _int(f, "params_active")
         if active and model.moe and abs(model.params_active() / active - 1) > 0.05:
             assumed.append(f"active parameters: the run's {active:,}, the planner's {model.params_active():,} "
