@@ -52,7 +52,7 @@ def main() -> int:
     print("| run | recomputation | estimated cost (ms per step) | measured (step − the same run's without) |")
     print("|---|---|---:|---:|")
     for run, base in COSTS:
-        d = next(x for x in analyze_run(TRACES / run).to_json()["diagnoses"] if x["id"] == "low_mfu")
+        d = next(x for x in analyze(TRACES / run).result.to_json()["diagnoses"] if x["id"] == "low_mfu")
         ev = d["evidence"]
         print(f"| `{run}` | {ev['recompute']} | {ev['recompute_ms']:,.0f} | {measured(run)[0] - measured(base)[0]:,.0f} |")
     return 0

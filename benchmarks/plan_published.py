@@ -2,6 +2,7 @@
 
     python -m benchmarks.plan_published            # ~1 s, no GPU, no network
 
+The dense runs first (their median error), then the mixture-of-experts runs (theirs).
 Every row is predicted from the model, cluster and layout its source states, with the planner's
 stated default efficiencies (workbench/plan/timing.py) — the same for every paper, none fitted.
 Knobs a source leaves open are chosen by the planner (shown in the layout column as "planner:").
@@ -13,13 +14,15 @@ from __future__ import annotations
 import sys
 
 
-from workbench.plan.model import PRESETS  # noqa: E402
-from workbench.plan.published import median_abs_error, predict_all  # noqa: E402
+from workbench.plan.presets import PRESETS  # noqa: E402
+from workbench.plan.published import MOE, median_abs_error, predict_all  # noqa: E402
 
 
 def _layout(p) -> str:
     lay = p.evaluated.layout
     s = f"tp {lay.tp} · pp {lay.pp} · dp {lay.dp}"
+    if lay.ep > 1:
+        s += f" · ep {lay.ep}"
     parts = [f"mb {lay.mb}", lay.recompute + " recompute" if lay.recompute != "none" else "no recompute"]
     if lay.vpp > 1:
         parts.append(f"vpp {lay.vpp}")
@@ -31,20 +34,32 @@ def _layout(p) -> str:
     return s + ", " + ", ".join(parts) + (f" (planner: {chosen})" if chosen else "")
 
 
-def main() -> int:
-    preds = predict_all()
+def _table(preds) -> None:
     print("| source | model | GPUs | layout | paper | paper s/iter | predicted s/iter | error |")
     print("|---|---|---:|---|---:|---:|---:|---:|")
     for p in preds:
         r = p.row
         m = PRESETS[r.model]
-        paper = f"{r.value:g} TFLOP/s/GPU" if r.metric == "tflops_per_gpu" else f"{r.value:g} s/iter"
+        paper = {"tflops_per_gpu": f"{r.value:g} TFLOP/s/GPU", "iteration_s": f"{r.value:g} s/iter",
+                 "gpu_hours_per_t_tokens": f"{r.value / 1e3:g}K GPU-hours per 10¹² tokens"}[r.metric]
         gpu = r.gpu.replace("A100-SXM4-80GB", "A100 80GB").replace("H100", "H100 80GB")
+        if r.links:
+            gpu = "H800 (as H100 80GB, NVLink 160 GB/s)"
+        size = f"{m.params() / 1e9:.3g}B" + (f", {m.params_active() / 1e9:.3g}B active" if m.moe else "")
         fit = "" if p.fits else " (does not fit per the planner)"
-        print(f"| {r.source} | {r.model} ({m.params() / 1e9:.3g}B){' ' + r.note if r.note else ''} | {r.gpus:,} x {gpu} "
+        print(f"| {r.source} | {r.model} ({size}){' ' + r.note if r.note else ''} | {r.gpus:,} x {gpu} "
               f"| {_layout(p)}{fit} | {paper} | {p.paper_s:.2f} | {p.predicted_s:.2f} | {100 * p.error:+.1f} % |")
     print()
+
+
+def main() -> int:
+    preds = predict_all()
+    _table(preds)
     print(f"median |error| {100 * median_abs_error(preds):.1f} % over {len(preds)} runs")
+    print()
+    moe = predict_all(MOE)
+    _table(moe)
+    print(f"mixture of experts: median |error| {100 * median_abs_error(moe):.1f} % over {len(moe)} runs")
     return 0
 
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from workbench.hardware.systems import make_cluster  # noqa: E402
 from workbench.plan.layout import parse_layout  # noqa: E402
-from workbench.plan.model import model_spec  # noqa: E402
+from workbench.plan.presets import model_spec  # noqa: E402
 from workbench.plan.report import short_key  # noqa: E402
 from workbench.plan.search import PlanRequest, evaluate, plan  # noqa: E402
 

@@ -14,7 +14,7 @@ from workbench.format.errors import WorkbenchError
 from workbench.calibration.from_run import run_model
 from workbench.pipeline.result import ModelInfo, Result
 from workbench.plan.layout import torch_stack
-from workbench.plan.model import PRESETS
+from workbench.plan.presets import PRESETS
 
 
 def block(kind: str | None = "transformer", sources: dict | None = None, **values) -> dict:

@@ -6,7 +6,7 @@ import pytest
 
 from workbench.plan.layout import Layout, deepspeed_stack, megatron_stack
 from workbench.plan.memory import layer_terms, memory, in_flight
-from workbench.plan.model import model_spec
+from workbench.plan.presets import model_spec
 
 pytestmark = pytest.mark.unit
 

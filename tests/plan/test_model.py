@@ -6,7 +6,8 @@ import pytest
 
 from workbench.engine.config import PRESETS as ENGINE, ModelConfig
 from workbench.format.errors import WorkbenchError
-from workbench.plan.model import PRESETS, model_spec, parse_model
+from workbench.plan.model import parse_model
+from workbench.plan.presets import PRESETS, model_spec
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,14 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from workbench.plan.published import TABLE, median_abs_error, predict_all
+from workbench.plan.published import MOE, TABLE, median_abs_error, predict_all
 
 GOAL = 0.15
+MOE_GOAL = 0.25
+"""Published mixture-of-experts runs: the planner leaves out FP8 matmuls, zero-bubble / DualPipe
+schedules and node-limited routing, which those runs used (see workbench/plan/published.py);
+what it predicts is held to this, each run to MOE_EACH."""
+MOE_EACH = 0.35
 
 
 @pytest.mark.unit
@@ -23,6 +28,16 @@ def test_median_error_within_goal():
     assert {p.row.source.split(",")[0] for p in preds} >= {"Narayanan et al. 2021", "Korthikanti et al. 2022",
                                                            "Dubey et al. 2024 (Llama 3)"}
     assert max(p.row.gpus for p in preds) >= 8192
+
+
+@pytest.mark.unit
+def test_mixture_of_experts_runs_within_their_goal_on_their_stated_layouts():
+    preds = predict_all(MOE)
+    assert median_abs_error(preds) <= MOE_GOAL and all(abs(p.error) <= MOE_EACH for p in preds)
+    for p in preds:
+        lay = p.evaluated.layout
+        assert all(getattr(lay, k) == v for k, v in p.row.stated.items()) and lay.ep > 1 and p.fits
+    assert {p.row.model for p in preds} >= {"deepseek-v2-236b", "deepseek-v3-671b"}
 
 
 @pytest.mark.live

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import TRACES, workbench
 from workbench.hardware.systems import make_cluster
-from workbench.plan.model import model_spec
+from workbench.plan.presets import model_spec
 from workbench.calibration.request import build_request
 from workbench.plan.search import layouts, plan
 from workbench.plan.report import to_json

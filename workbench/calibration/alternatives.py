@@ -19,9 +19,19 @@ error the run shares with its neighbours: kernels the model does not count, the 
 reserve), so an alternative's figure is the run's measured figure times the planner's ratio
 between the two layouts. The anchor is stated in each alternative's ``basis``.
 
+Each alternative's ``basis`` says what its figures rest on: the effect the planner models for
+that change (recomputation: the forward re-run per block; micro-batch: matmul sizes, the
+activations held, the host's launches; ZeRO: the sharded states and their collectives; more GPUs:
+the searched layout's communication), whether the run measured what that effect depends on (the
+matmul sizes, the host's rate, the collectives' bandwidth) or a stated default stands in, and the
+anchor.
+
 Never suggested: the run's own layout, a layout that changes what is trained (sequence length,
 global batch — except ``bigger batch``, whose speed-up is per sample and says so), a layout that
-cannot run (divisibility) or does not fit.
+cannot run (divisibility) or does not fit, a ZeRO stage at one replica (dp = 1: there is nothing to
+shard, every stage is the run's own layout; the search keeps the run's stage there), and a speed-up
+from a change the planner does not model: an alternative whose layout differs from the run's only
+in what the model does not time (the ZeRO stage at dp = 1) is the run itself.
 """
 
 from __future__ import annotations
@@ -175,7 +185,7 @@ def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluste
         cl = make_cluster(case.cluster.gpu.name, n * k, max(case.cluster.gpus_per_node, 8), case.cluster.intra_gbps,
                           case.cluster.inter_gbps)
         req = PlanRequest(model=case.model, cluster=cl, global_batch=B, stack="torch", dtype=case.stack.dtype,
-                          efficiencies=case.efficiencies, top=1)
+                          efficiencies=case.efficiencies, top=1, zero_at_dp1=lay.zero)
         ranked = plan(req).ranked
         if goal == "speed":
             ranked = [e for e in ranked if RECOMPUTE.index(e.layout.recompute) <= RECOMPUTE.index(lay.recompute)]
@@ -206,7 +216,7 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
     run_rate = case.global_batch / run_step / case.cluster.gpus  # samples per ms per GPU
     found: list[Alternative] = []
     for change, lay, batch, cluster in _candidates(case, goal):
-        if check_layout(case.model, lay, batch) is not None:
+        if check_layout(case.model, lay, batch) is not None or not modelled(case.layout, lay):
             continue
         step, mem, fits = _predict(case, lay, _stack_for(case, lay), batch, cluster)
         # the loader's wait stays, per sample of each GPU
@@ -219,7 +229,8 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
         speedup = (batch / step / cluster.gpus) / run_rate
         alt = Alternative(change=change, layout=lay, gpus=cluster.gpus, global_batch=batch, step_ms=step,
                           memory_gib=mem / 2**30, capacity_gib=cap / 2**30, headroom_pct=100 * headroom,
-                          speedup=speedup, tight=headroom < SAFE_HEADROOM, basis=anchor.text)
+                          speedup=speedup, tight=headroom < SAFE_HEADROOM,
+                          basis=f"{basis(case, lay, cluster)}; {anchor.text}")
         if goal == "memory":
             run_mem = case.measured_peak_bytes or memory(case.model, case.layout, case.stack, case.global_batch,
                                                          cap, FIT_FRACTION).total * anchor.mem
@@ -234,6 +245,37 @@ def alternatives(case: RunCase, goal: str, limit: int = 3) -> list[Alternative]:
         # the run's own GPUs first: more of them is a different budget
         found.sort(key=lambda a: (a.gpus != case.cluster.gpus, -a.speedup))
     return _distinct(found)[:limit]
+
+
+def modelled(run: Layout, alt: Layout) -> bool:
+    """Whether ``alt`` differs from ``run`` in something the planner models: not when the only
+    difference is the ZeRO stage of a single replica (nothing to shard: the run's own layout); a
+    layout of one replica keeps the run's stage."""
+    return not (alt.dp == 1 and alt.zero != run.zero)
+
+
+def basis(case: RunCase, lay: Layout, cluster: Cluster) -> str:
+    """What an alternative's prediction rests on: the modelled effect of each change, and whether
+    the run measured what the effect depends on or a stated default stands in."""
+    run, eff = case.layout, case.efficiencies
+    parts = []
+    if lay.recompute != run.recompute:
+        parts.append(f"recomputation {run.recompute} -> {lay.recompute}: the forward work re-run per block "
+                     "(Korthikanti et al. 2022) at the run's measured kernel rates")
+    if lay.mb != run.mb:
+        host = "the host's launch rate measured on the run" if eff.host_s_per_kernel else "no host limit measured"
+        parts.append(f"micro-batch {run.mb} -> {lay.mb}: matmul sizes (efficiency by size from the run's own matmuls "
+                     f"where measured), activations held, {host}")
+    if lay.zero != run.zero:
+        parts.append(f"ZeRO-{run.zero} -> ZeRO-{lay.zero} over dp {lay.dp}: sharded states and their collectives")
+    if cluster.gpus != case.cluster.gpus or (lay.tp, lay.pp, lay.dp, lay.ep) != (run.tp, run.pp, run.dp, run.ep):
+        parts.append(f"{cluster.gpus} GPUs as tp {lay.tp} x pp {lay.pp} x dp {lay.dp}"
+                     + (f", ep {lay.ep}" if lay.ep > 1 else "") + ": their communication")
+    comm = lay.tp > 1 or lay.pp > 1 or lay.dp > 1 or lay.ep > 1
+    if comm:
+        parts.append("collectives at " + ("the run's measured bus bandwidth" if eff.busbw
+                                          else "the links' stated bandwidth (the run measured none)"))
+    return "; ".join(parts) or "the run's layout"
 
 
 def _distinct(alts: list[Alternative]) -> list[Alternative]:

@@ -6,6 +6,8 @@ From each run (any number; one GPU is enough), through its analysed result
 - GEMM efficiency by size: each matmul call's FLOPs over its kernels' time, bucketed by FLOPs
   per call (the analysis' declared ``gemm_calls`` frame, from the run's cached summaries: :func:`gemm_calls`);
 - attention: the attention kernels' FLOP/s over the peak of the dtype they ran in;
+- a mixture of experts' routed (grouped) matmuls: the kernel classes the analysis names for them
+  (a class or subclass with "expert" or "grouped" in its name), their FLOP/s over the peak;
 - memory-bound kernels (norms, activations, casts, reductions, copies) and the optimizer: their
   time per step against the bytes this planner counts for the run (engine runs, whose manifest
   says the model and layout), i.e. an effective share of HBM bandwidth;
@@ -138,6 +140,7 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
     notes: list[str] = []
     calls_by_peak: list[tuple[float, float, float]] = []
     attn = [0.0, 0.0]          # FLOPs at peak, seconds
+    experts = [0.0, 0.0]       # routed experts' matmuls: FLOPs at peak, seconds
     membound = [0.0, 0.0]      # bytes counted, seconds x HBM
     opt = [0.0, 0.0]
     host: list[tuple[float, float]] = []
@@ -161,6 +164,9 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
         for f, s in gemm_calls(run, (analyses or {}).get(str(run))):
             calls_by_peak.append((f, s, (peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12))
         for c in e.classes:
+            if is_expert_gemm(c) and c.get("flops") and c.get("time_ms"):
+                experts[0] += c["flops"] / ((peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12)
+                experts[1] += c["time_ms"] * 1e-3
             if c["class"] == "attention" and c["flops"]:
                 p = (peak.tflops.get("fp32" if dtype in ("fp32", "tf32") else dtype) or peak.tflops["bf16"]) * 1e12
                 attn[0] += c["flops"] / p
@@ -218,6 +224,9 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
         else:
             notes.append(f"GEMM: {len(calls)} matmul calls, too few of any one size to calibrate — "
                          f"the default {eff.gemm:.0%} of peak is used")
+    if experts[1]:
+        eff = replace(eff, expert_gemm=experts[0] / experts[1])
+        notes.append(f"routed experts' matmuls: {experts[0] / experts[1]:.0%} of peak")
     if attn[1]:
         eff = replace(eff, attention=attn[0] / attn[1])
         notes.append(f"attention: {attn[0] / attn[1]:.0%} of peak")
@@ -240,6 +249,12 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
     if not used and not busbw:
         raise WorkbenchError("--calibrate: none of the runs has GPU kernels or collectives to measure")
     return replace(eff, source="calibrated", runs=tuple(str(r) for r in runs), notes=tuple(notes))
+
+
+def is_expert_gemm(c: dict) -> bool:
+    """A kernel class row of a mixture of experts' routed matmuls (grouped GEMMs, per-expert loops)."""
+    name = f"{c.get('class') or ''} {c.get('subclass') or ''}".lower()
+    return "expert" in name or "grouped" in name
 
 
 def _inferred_case(result: Result, name: str):

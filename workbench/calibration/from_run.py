@@ -5,8 +5,10 @@ Where the inputs come from:
 
 - an engine run (``workbench train``): its manifest's config, exactly (:mod:`.engine_runs`);
 - any other run: the model the analysis inferred from its traces (``workbench analyze --json``'s
-  ``model`` block: parameters, layers, hidden size, heads, FFN, vocabulary, sequence, micro-batch,
-  micro-batches, dtype, recomputation, the parallel layout, the optimizer), the GPU and GPU count
+  ``model`` block: parameters, layers, hidden size, heads, kv heads, head_dim and v_head_dim, FFN,
+  tied head, vocabulary, sequence; a mixture of experts' experts, top_k, shared experts, expert
+  width, dense blocks; latent attention's ranks; micro-batch, micro-batches, dtype, recomputation,
+  the parallel layout with its ep, the optimizer), the GPU and GPU count
   from the run, the torch stack (DDP + autocast, or FSDP2). ``MODEL`` given beside ``--from-run``
   replaces the inferred model (a run whose model cannot be inferred: a non-transformer, a trace
   recorded without shapes).
@@ -103,7 +105,7 @@ def run_job(run: str | Path, *, model: str | None = None, global_batch: int | No
     inferred (``model``: a MODEL argument that replaces the inferred shape). ``result``: the run's
     analysis when the caller has it (else :func:`analysis_of`)."""
     from workbench.plan.engine_runs import engine_case, read_manifest
-    from workbench.plan.model import model_spec
+    from workbench.plan.presets import model_spec
 
     p = Path(run)
     if not p.exists():
@@ -133,21 +135,58 @@ def _int(fields: dict, name: str) -> int | None:
     return int(v)
 
 
+SHAPE_FIELDS = ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads", "head_dim", "v_head_dim", "experts",
+                "top_k", "shared_experts", "moe_ffn", "q_lora_rank", "kv_lora_rank")
+"""Whole-number fields of the analysis' model block the planner's ModelSpec takes as they are."""
+LATENT_ROPE_DIM = 64
+"""Latent attention's rotary part of the head when the traces do not show it: DeepSeek-V2/V3's
+``qk_rope_head_dim`` (the only family with latent attention the planner knows)."""
+
+
+def _moe_shape(f: dict, shape: dict, assumed: list[str]) -> None:
+    """A mixture of experts' fields on ``shape`` (in place): the dense blocks (``dense_layers`` or
+    ``layers − moe_layers``) taken to come first, as DeepSeek's do; latent attention's rotary part."""
+    if shape.get("experts"):
+        dense = f.get("dense_layers")
+        if not isinstance(dense, int) or isinstance(dense, bool):
+            moe = _int(f, "moe_layers")
+            dense = shape["layers"] - moe if moe is not None and moe <= shape["layers"] else 0
+        if dense:
+            assumed.append(f"the {dense} dense block{'s' * (dense != 1)} come{'s' * (dense == 1)} first "
+                           "(DeepSeek's first_k_dense)")
+        shape["dense_layers"] = max(0, min(dense, shape["layers"] - 1))
+        if "ffn" not in shape and shape["dense_layers"]:
+            assumed.append("the dense blocks' MLP width not inferred: 4h")
+        shape.setdefault("shared_experts", int(f.get("shared_experts") or 0))
+    else:
+        for k in ("top_k", "shared_experts", "moe_ffn"):
+            shape.pop(k, None)
+    if shape.get("kv_lora_rank") or f.get("attention") == "MLA":
+        if not shape.get("kv_lora_rank"):
+            shape["kv_lora_rank"] = 512
+            assumed.append("latent attention's compressed width not inferred: 512 (DeepSeek-V2/V3)")
+        shape["qk_rope_head_dim"] = LATENT_ROPE_DIM
+        shape.pop("kv_heads", None)
+        assumed.append(f"latent attention's rotary head part {LATENT_ROPE_DIM} (DeepSeek-V2/V3; not in the traces)")
+
+
 def _closest_shape(f: dict, params_total: int | None) -> tuple[dict, str]:
-    """learned_pos, bias and norm: the combination whose parameter count is nearest the run's
-    (the traces count parameters, not which small tensors make them up)."""
-    base = dict(layers=f["layers"], hidden=f["hidden"], heads=f["heads"], vocab=f["vocab"], seq=f["seq"],
-                ffn=f.get("ffn", 0), kv_heads=f.get("kv_heads", 0), gated=f.get("gated", False), tied=f.get("tied", False))
+    """learned_pos, bias and norm: the combination whose parameter count is nearest the run's (the
+    traces count parameters, not which small tensors make them up)."""
+    base = dict(f)
     gpt, llama = dict(learned_pos=True, bias=True, norm="layernorm"), dict(learned_pos=False, bias=False, norm="rms")
     if not params_total:
         # no count to match: GPT's conventions for a plain MLP, Llama's for a gated one
-        return (llama if base["gated"] else gpt), "assumed from the MLP (no parameter count to match)"
+        return (llama if base.get("gated") else gpt), "assumed from the MLP (no parameter count to match)"
     best, err = gpt, math.inf
     for pos in (True, False):
         for bias in (True, False):
             for norm in ("layernorm", "rms"):
                 extra = dict(learned_pos=pos, bias=bias, norm=norm)
-                n = ModelSpec(name="x", **base, **extra).params()
+                try:
+                    n = ModelSpec(name="x", **base, **extra).params()
+                except WorkbenchError:
+                    continue
                 if abs(n - params_total) < err:
                     best, err = extra, abs(n - params_total)
     return best, f"the nearest to the run's {params_total:,} parameters ({100 * err / params_total:.2f} % off)"
@@ -176,22 +215,39 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
             hint = " (record the trace with record_shapes=True)" if not f else ""
             raise WorkbenchError(f"{name}: {what}{hint}; give the model as MODEL: "
                                  f"workbench plan L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1] --from-run {run.path or 'RUN'}")
-        shape = {k: _int(f, k) for k in ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads")}
+        shape = {k: _int(f, k) for k in SHAPE_FIELDS}
         shape = {k: v for k, v in shape.items() if v is not None}
         shape.update({k: bool(f[k]) for k in ("gated", "tied") if isinstance(f.get(k), bool)})
-        extra, how = _closest_shape(shape, _int(f, "params_total"))
-        model = ModelSpec(name=f"inferred:{name}", **{"ffn": 0, "kv_heads": 0, **shape}, **extra)
-        taken.update({k: full[k] for k in (*REQUIRED, "ffn", "kv_heads", "gated", "tied", "params_total") if k in full})
+        if shape.get("experts") and "moe_ffn" not in shape and "ffn" in shape and not (
+                _int(f, "dense_layers") or (_int(f, "moe_layers") or shape["layers"]) < shape["layers"]):
+            shape["moe_ffn"] = shape.pop("ffn")  # every block a mixture: the width the traces show is the experts'
+        _moe_shape(f, shape, assumed)
+        try:
+            extra, how = _closest_shape(shape, _int(f, "params_total"))
+            model = ModelSpec(name=f"inferred:{name}", **shape, **extra)
+        except WorkbenchError as e:
+            raise WorkbenchError(f"{name}: the model its traces show cannot be planned ({str(e).split(': ', 1)[-1]}); "
+                                 f"give it as MODEL: workbench plan L=…,h=…,a=…,V=…,s=… --from-run "
+                                 f"{run.path or 'RUN'}") from None
+        taken.update({k: full[k] for k in (*REQUIRED, *SHAPE_FIELDS, "gated", "tied", "dense_layers", "moe_layers",
+                                           "attention", "params_total", "params_active") if k in full})
         norms = "weight and bias" if extra["norm"] == "layernorm" else "weight only"
-        assumed.append(f"position table {'learned' if extra['learned_pos'] else 'none (rotary)'}, "
-                       f"biases {'yes' if extra['bias'] else 'no'}, norms with {norms}: {how}")
+        assumed.insert(0, f"position table {'learned' if extra['learned_pos'] else 'none (rotary)'}, "
+                          f"biases {'yes' if extra['bias'] else 'no'}, norms with {norms}: {how}")
+        active = _int(f, "params_active")
+        if active and model.moe and abs(model.params_active() / active - 1) > 0.05:
+            assumed.append(f"active parameters: the run's {active:,}, the planner's {model.params_active():,} "
+                           f"({100 * (model.params_active() / active - 1):+.1f} %)")
     world = int(run.world_size or 1)
     lay = f.get("layout") if isinstance(f.get("layout"), dict) else {}
-    tp, pp = (_int(lay, k) or 1 for k in ("tp", "pp"))
+    tp, pp, ep = (_int(lay, k) or 1 for k in ("tp", "pp", "ep"))
     if world % (tp * pp):
         assumed.append(f"the inferred tp {tp} x pp {pp} does not divide the {world} ranks: tp = pp = 1")
         tp = pp = 1
     dp = world // (tp * pp)
+    if ep > 1 and (not model.moe or model.experts % ep or (dp * tp) % ep):
+        assumed.append(f"the inferred ep {ep} does not divide the experts and dp x tp = {dp * tp}: ep = 1")
+        ep = 1
     zero = lay.get("zero") if isinstance(lay.get("zero"), int) and not isinstance(lay.get("zero"), bool) else None
     fsdp = bool(lay.get("fsdp"))
     if zero not in (0, 1, 2, 3):
@@ -233,7 +289,7 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
         taken["optimizer"] = full["optimizer"]
     else:
         assumed.append("optimizer not inferred: AdamW (8 bytes of state per parameter)")
-    layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=rc or "none")
+    layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=rc or "none", ep=ep)
     # FSDP2 (ZeRO 2/3) casts inside the blocks (bf16 activations); DDP runs under autocast and keeps
     # its gradient buckets beside .grad — a single-GPU loop without DDP (torchtitan on one GPU) does not
     ddp = dp > 1 or "distributeddataparallel" in str((full.get("layout") or {}).get("source", "")).lower()

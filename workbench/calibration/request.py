@@ -12,7 +12,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     from workbench.format.errors import WorkbenchError
     from workbench.hardware.systems import make_cluster
     from workbench.plan.layout import fill_dp, parse_layout
-    from workbench.plan.model import model_spec
+    from workbench.plan.presets import model_spec
     from workbench.plan.search import PlanRequest
     from workbench.plan.timing import Efficiencies
 
@@ -56,7 +56,8 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     return PlanRequest(model=spec, cluster=cluster, global_batch=batch, stack=stack, dtype=dtype, efficiencies=eff,
                        top=5 if top is None else top, layout=given, flash_attention=flash_attention or None,
                        dp_overlap=dp_overlap or None, run_stack=run_stack,
-                       from_run=None if job is None else job.describe(), run_job=job)
+                       from_run=None if job is None else job.describe(), run_job=job,
+                       zero_at_dp1=None if job is None else job.layout.zero)
 
 
 def _self_calibrated(job):

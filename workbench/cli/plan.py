@@ -19,12 +19,19 @@ EXAMPLES = """examples:
   workbench compare traces/case_gpu_3_batch32 p.json          # the run against its plan
   workbench plan --from-run traces/corpus/torchtitan_8b_full_gpu   # any run: the model its traces show
   workbench plan L=32,h=4096,a=32,V=128256,s=8192,kv=8,ffn=14336,gated=1 --from-run RUN   # the model given
+  workbench plan deepseek-v3-16b --gpus 8 --gpu H100 --layout tp=1,pp=1,dp=8,ep=8,zero=1   # a mixture of experts
 
-MODEL is a preset (gpt3-175b, megatron-1.7b … megatron-1t, megatron-22b, llama3-8b/70b/405b,
-engine-tiny/small/125m/370m/1.3b) or a key list L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1,tied=1,
-pos=0,bias=0,norm=rms]. Link bandwidths are per GPU and direction in Gbit/s (NVLink 4: 3600,
+MODEL is a preset ({presets}) or a key list L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,hd=…,vhd=…,gated=1,
+tied=1,pos=0,bias=0,norm=rms,experts=…,top_k=…,shared=…,moe_ffn=…,dense_layers=…,kv_lora=…,
+rope_hd=…] (docs/plan.md). Link bandwidths are per GPU and direction in Gbit/s (NVLink 4: 3600,
 one 400 Gb/s NIC per GPU: 400); defaults come from the GPU's usual system (DGX A100/H100/H200).
 """
+
+
+def _examples() -> str:
+    from workbench.plan.presets import PRESETS  # the one registry of model names
+
+    return EXAMPLES.replace("{presets}", ", ".join(PRESETS))
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -65,9 +72,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 @command("plan", help="choose the parallel layout before launch: memory, step time, MFU per layout",
          description="Search TP x PP (1F1B/GPipe, interleaved) x DP x ZeRO 0-3 x micro-batch x "
-                     "recomputation x sequence parallel for MODEL on N GPUs; print the fastest layouts "
-                     "that fit, with memory per GPU and the step time split, and why the others lost.",
-         examples=EXAMPLES, arguments=_arguments)
+                     "recomputation x sequence parallel (x expert parallel for a mixture of experts) for MODEL "
+                     "on N GPUs; print the fastest layouts that fit, with memory per GPU and the step time "
+                     "split, and why the others lost.",
+         examples=_examples(), arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 

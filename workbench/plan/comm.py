@@ -15,10 +15,17 @@ an all-reduce's and a broadcast's the tensor, a send/recv the message.
 - data parallel (ZeRO, Rajbhandari et al. 2020): stage 0 all-reduces the gradients; 1 and 2
   reduce-scatter them and all-gather the parameters (ZeroRedundancyOptimizer: all-reduce +
   broadcast); 3 all-gathers the parameters in forward and again in backward per micro-batch.
+  A mixture of experts' routed experts do the same over their own data-parallel group (``edp``:
+  the dp · tp / ep ranks that hold the same experts), the rest of the model over dp.
+- expert parallel (Lepikhin et al. 2020, GShard; Megatron-Core, torchtitan): per MoE block and
+  micro-batch an all-to-all dispatches each rank's tokens × top_k rows of h to the ranks holding
+  their experts and a second one combines them back, forward and again (for the gradients)
+  backward; full recomputation repeats the forward pair. One call's message is the rank's routed
+  rows, (mb · s / tp) · top_k · h · bytes; the ep ranks it spans are on NVLink when they fit in a node.
 
 Time of one call on n ranks (the ring algorithms' bus traffic, NCCL's busbw convention):
-all-reduce 2(n−1)/n·bytes/busbw, all-gather and reduce-scatter (n−1)/n·bytes/busbw, broadcast
-and send bytes/bw, each plus a start-up latency.
+all-reduce 2(n−1)/n·bytes/busbw, all-gather, reduce-scatter and all-to-all (n−1)/n·bytes/busbw,
+broadcast and send bytes/bw, each plus a start-up latency.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 from workbench.hardware.systems import LINK_LATENCY_S, Cluster
 from workbench.plan.layout import Layout, Stack, dtype_bytes
-from workbench.plan.memory import _stage_params, stage_layers
+from workbench.plan.memory import _stage_params, stage_block_counts, stage_expert_params, stage_layers
 from workbench.plan.model import ModelSpec
 
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -38,9 +45,9 @@ DDP_BUCKET_BYTES = 25 * 2**20
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Collective:
     op: str
-    """all_reduce | all_gather | reduce_scatter | broadcast | send | recv."""
+    """all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | send | recv."""
     group: str
-    """tp | pp | dp."""
+    """tp | pp | dp | ep (expert dispatch and combine) | edp (the routed experts' data parallelism)."""
     bytes: float
     """Message size of one call, as the trace records it."""
     calls: float
@@ -63,7 +70,7 @@ class Collective:
 def bus_factor(op: str, n: int) -> float:
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
 
@@ -77,8 +84,9 @@ def call_seconds(c: Collective, cluster: Cluster, busbw: dict[str, float] | None
 
 def group_link(layout: Layout, group: str, cluster: Cluster) -> str:
     """Ranks ordered tp (fastest), dp, pp (Megatron-LM's order): a group stays on NVLink when the
-    span of ranks it covers fits in a node."""
-    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.tp * layout.dp * layout.pp}[group]
+    span of ranks it covers fits in a node. The ep group is the first ep of a stage's tp x dp ranks."""
+    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "edp": layout.tp * layout.dp, "ep": layout.ep,
+            "pp": layout.tp * layout.dp * layout.pp}[group]
     return "intra" if span <= cluster.gpus_per_node else "inter"
 
 
@@ -123,23 +131,45 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
                 out.append(Collective(op=op, group="pp", bytes=msg, calls=n_f * mbs, ranks=2, link=link, when="forward"))
             if n_b:
                 out.append(Collective(op=op, group="pp", bytes=msg, calls=n_b * mbs, ranks=2, link=link, when="backward"))
+    n_moe = stage_block_counts(m, layout.pp, stage)[1]
+    if n_moe and layout.ep > 1:
+        out += ep_collectives(m, layout, stack, cluster, n_moe * mbs)
+    psi, psi_blocks = _stage_params(m, layout, stack, stage)
+    experts = stage_expert_params(m, layout, stage)
     if layout.dp > 1 or (stack.name == "torch" and stack.ddp_bucket_copy):
         # DDP all-reduces its buckets even at world size 1 (a copy, no traffic: bus factor 0)
-        out += _dp_collectives(m, layout, stack, mbs, cluster, stage)
+        out += _dp_collectives(m, layout, stack, mbs, cluster, stage, psi - experts, psi_blocks - experts, "dp",
+                               layout.dp)
+    if experts and layout.edp > 1:
+        out += _dp_collectives(m, layout, stack, mbs, cluster, stage, experts, experts, "edp", layout.edp)
     return out
 
 
-def _dp_collectives(m: ModelSpec, layout: Layout, stack: Stack, mbs: int, cluster: Cluster,
-                    stage: int) -> list[Collective]:
-    link, n, z = group_link(layout, "dp", cluster), layout.dp, layout.zero
-    psi, psi_blocks = _stage_params(m, layout, stack, stage)
+def ep_collectives(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, runs: int) -> list[Collective]:
+    """The dispatch and combine all-to-alls of ``runs`` MoE block-micro-batches on one GPU."""
+    link = group_link(layout, "ep", cluster)
+    rows = layout.mb * m.seq / layout.tp * m.top_k  # this rank's routed rows (tokens split over tp)
+    msg = rows * m.hidden * dtype_bytes(stack.dtype)
+    out = [Collective(op="all_to_all", group="ep", bytes=msg, calls=2 * runs, ranks=layout.ep, link=link, when=w)
+           for w in ("forward", "backward")]
+    if layout.recompute == "full":
+        out.append(Collective(op="all_to_all", group="ep", bytes=msg, calls=2 * runs, ranks=layout.ep, link=link,
+                              when="recompute"))
+    return out
+
+
+def _dp_collectives(m: ModelSpec, layout: Layout, stack: Stack, mbs: int, cluster: Cluster, stage: int,
+                    psi: float, psi_blocks: float, group: str, n: int) -> list[Collective]:
+    """Data-parallel collectives of ``psi`` parameters (``psi_blocks`` of them in blocks) over ``n``
+    ranks of ``group`` (dp: the dense parameters; edp: the routed experts)."""
+    link, z = group_link(layout, group, cluster), layout.zero
     c = dtype_bytes(stack.dtype)
     reduces = mbs if stack.dp_reduce_each_microbatch else 1
     grads = stack.grad_bytes * psi
     out: list[Collective] = []
 
     def one(op: str, total: float, calls_per: float, when: str, pieces: int = 1) -> None:
-        out.append(Collective(op=op, group="dp", bytes=total / pieces, calls=calls_per * pieces, ranks=n, link=link,
+        out.append(Collective(op=op, group=group, bytes=total / pieces, calls=calls_per * pieces, ranks=n, link=link,
                               when=when))
 
     # reductions that overlap backward go in pieces as gradients become ready (DDP's buckets, a

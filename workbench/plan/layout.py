@@ -3,9 +3,19 @@
 A :class:`Layout` is one point of the search: tensor (tp), pipeline (pp, with ``vpp`` virtual
 stages per GPU for the interleaved 1F1B schedule of Narayanan et al. 2021, §2.2.2) and data (dp)
 parallel degrees, the ZeRO stage over dp (Rajbhandari et al. 2020), the micro-batch, activation
-recomputation (Korthikanti et al. 2022) and sequence parallelism. ``--layout`` spells one:
+recomputation (Korthikanti et al. 2022), sequence parallelism and, for a mixture of experts, the
+expert-parallel degree ``ep``. ``--layout`` spells one:
 
     parse_layout("tp=8,pp=8,dp=1,zero=1,mb=1,recompute=selective,sp=1,vpp=3")
+    parse_layout("tp=1,pp=1,dp=8,ep=8,zero=1")
+
+Expert parallelism follows Megatron-Core's "MoE parallel folding" (Liu et al. 2025) and torchtitan
+with expert tensor parallelism 1: the ep group is carved from the dp × tp ranks of a pipeline stage
+(ep divides dp · tp; it adds no GPUs), each of its ranks holds experts / ep whole experts (not split
+by tp), and the dp · tp / ep ranks that hold the same experts are their data-parallel group (expert
+gradients reduced, and ZeRO-sharded, over them). The tokens a tp group shares are split over its
+ranks before they are dispatched, as both do (Megatron-Core requires sequence parallelism with
+tp > 1 for it; torchtitan splits them).
 
 A :class:`Stack` is what implements it, as far as memory and time care: Megatron-LM (the
 papers' runs: fused kernels, fp32 main gradients, no DP overlap in 2021) or torch (the engine,
@@ -42,10 +52,12 @@ class Layout:
     """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = not interleaved."""
     schedule: str = "1f1b"
     """Pipeline schedule: 1f1b | gpipe (vpp > 1 is always interleaved 1F1B)."""
+    ep: int = 1
+    """Expert-parallel degree (mixture of experts): carved from the dp x tp ranks, it adds no GPUs."""
 
     def __post_init__(self) -> None:
-        if min(self.tp, self.pp, self.dp, self.mb, self.vpp) < 1:
-            raise WorkbenchError(f"layout {self.key()}: tp, pp, dp, mb and vpp must be >= 1")
+        if min(self.tp, self.pp, self.dp, self.mb, self.vpp, self.ep) < 1:
+            raise WorkbenchError(f"layout {self.key()}: tp, pp, dp, mb, vpp and ep must be >= 1")
         if self.zero not in (0, 1, 2, 3):
             raise WorkbenchError(f"layout {self.key()}: zero must be 0, 1, 2 or 3")
         if self.recompute not in RECOMPUTE:
@@ -61,6 +73,11 @@ class Layout:
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def edp(self) -> int:
+        """Ranks that hold the same experts (their data parallelism): dp · tp / ep."""
+        return max(1, self.dp * self.tp // self.ep)
+
     def microbatches(self, global_batch: int) -> int:
         """Micro-batches per replica and step, m = B / (dp · mb)."""
         return global_batch // (self.dp * self.mb)
@@ -70,17 +87,19 @@ class Layout:
         s = f"tp={self.tp},pp={self.pp},dp={self.dp},zero={self.zero},mb={self.mb},recompute={self.recompute},sp={int(self.sp)}"
         if self.pp > 1:
             s += f",vpp={self.vpp}" if self.vpp > 1 else f",schedule={self.schedule}"
+        if self.ep > 1:
+            s += f",ep={self.ep}"
         return s
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-_INT_KEYS = ("tp", "pp", "dp", "zero", "mb", "vpp")
+_INT_KEYS = ("tp", "pp", "dp", "zero", "mb", "vpp", "ep")
 
 
 def parse_layout(text: str) -> Layout:
-    """``tp=8,pp=8,dp=1,zero=1,mb=1,recompute=selective,sp=1,vpp=3[,schedule=gpipe]``; keys left
+    """``tp=8,pp=8,dp=1,zero=1,mb=1,recompute=selective,sp=1,vpp=3[,schedule=gpipe,ep=8]``; keys left
     out take their defaults (dp: whatever the GPU count leaves, see :func:`fill_dp`)."""
     from workbench.plan.validate import layout_key
 
@@ -101,7 +120,7 @@ def parse_layout(text: str) -> Layout:
         elif key in ("recompute", "schedule"):
             fields[key] = value.lower()
         else:
-            raise WorkbenchError(f"--layout: unknown key {key!r} (tp, pp, dp, zero, mb, recompute, sp, vpp, schedule)")
+            raise WorkbenchError(f"--layout: unknown key {key!r} (tp, pp, dp, zero, mb, recompute, sp, vpp, schedule, ep)")
     fields.setdefault("dp", 0)
     dp = fields.pop("dp")
     layout = Layout(dp=1, **fields)
@@ -171,6 +190,9 @@ class Stack:
     """ZeRO-1 sends updated parameters by broadcast from each owner (ZeroRedundancyOptimizer), not all-gather."""
     fsdp_root_unsharded: bool = False
     """FSDP2's root (embeddings, final norm, head) stays gathered from forward to backward."""
+    ep_overlap: bool = False
+    """Expert-parallel dispatch and combine overlap another micro-batch's compute (DeepSeek's DualPipe,
+    Megatron-Core's --overlap-moe-expert-parallel-comm); False: on the critical path (torchtitan, the default)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -214,12 +236,15 @@ STACKS = ("megatron", "deepspeed", "torch")
 
 
 def stack_for(name: str, dtype: str, layout: Layout, *, flash_attention: bool | None = None,
-              dp_overlap: bool | None = None) -> Stack:
-    """The stack ``name`` as it runs ``layout`` (torch: DDP + autocast for ZeRO 0/1, FSDP2 for 2/3)."""
+              dp_overlap: bool | None = None, ep_overlap: bool | None = None) -> Stack:
+    """The stack ``name`` as it runs ``layout`` (torch: DDP + autocast for ZeRO 0/1, FSDP2 for 2/3);
+    ``ep_overlap``: expert-parallel all-to-alls hidden behind another micro-batch (DualPipe)."""
     if name == "megatron":
-        return megatron_stack(dtype, flash_attention=bool(flash_attention), dp_overlap=bool(dp_overlap))
-    if name == "deepspeed":
-        return deepspeed_stack(dtype)
-    if name == "torch":
-        return torch_stack(dtype, zero=layout.zero, pipeline=layout.pp > 1)
-    raise WorkbenchError(f"--stack must be one of {', '.join(STACKS)}, got {name!r}")
+        stack = megatron_stack(dtype, flash_attention=bool(flash_attention), dp_overlap=bool(dp_overlap))
+    elif name == "deepspeed":
+        stack = deepspeed_stack(dtype)
+    elif name == "torch":
+        stack = torch_stack(dtype, zero=layout.zero, pipeline=layout.pp > 1)
+    else:
+        raise WorkbenchError(f"--stack must be one of {', '.join(STACKS)}, got {name!r}")
+    return replace(stack, ep_overlap=True) if ep_overlap else stack

@@ -63,8 +63,10 @@ class ActivationTerms:
         return "s·b·h·(" + " + ".join(p for p in parts if p) + ")"
 
 
-def layer_terms(m: ModelSpec, stack: Stack, layout: Layout, recompute: str | None = None) -> ActivationTerms:
-    """The tensors one block saves for its backward, counted one by one (see the module docstring)."""
+def layer_terms(m: ModelSpec, stack: Stack, layout: Layout, recompute: str | None = None,
+                moe: bool = False) -> ActivationTerms:
+    """The tensors one block saves for its backward, counted one by one (see the module docstring);
+    ``moe``: a mixture-of-experts block (its routed rows: tokens × top_k, split over tp with the tokens)."""
     recompute = layout.recompute if recompute is None else recompute
     c, r = dtype_bytes(stack.dtype), stack.residual_bytes
     sp = layout.sp
@@ -88,21 +90,29 @@ def layer_terms(m: ModelSpec, stack: Stack, layout: Layout, recompute: str | Non
     shd += c * m.qkv_out / m.hidden             # q, k, v (kept by the attention kernel)
     if stack.flash_attention:
         if recompute != "selective":
-            shd += c                            # attention output O (+ log-sum-exp per head)
+            shd += c * m.attn_out / m.hidden    # attention output O, heads x v_head_dim (+ log-sum-exp per head)
             fixed += 4.0 * m.heads / layout.tp
     elif recompute != "selective":
         scores += c + ((1 + c) if stack.dropout else 0)   # softmax output, dropout mask and output
     if stack.attn_out_copy or not stack.flash_attention:
-        shd += c                                # the output projection's input
+        shd += c * m.attn_out / m.hidden        # the output projection's input
     if stack.dropout:
         whole(1)                                # dropout mask after the projection
     # MLP block
     whole(r)                                    # norm 2 input
     fixed += stats * (1 / layout.tp if sp else 1)
-    whole(c)                                    # fc input
-    f = m.ffn_hidden / m.hidden
-    shd += c * f * (2 if m.gated else 1)        # fc output(s): GELU's input, or SwiGLU's two branches
-    shd += c * f * (1 if (not m.gated or stack.fused_kernels) else 2)  # fc2 input (+ eager SiLU output)
+    whole(c)                                    # fc (router, shared experts) input
+
+    def mlp(f: float) -> float:                 # an MLP of width f·h, per token
+        return (c * f * (2 if m.gated else 1)   # fc output(s): GELU's input, or SwiGLU's two branches
+                + c * f * (1 if (not m.gated or stack.fused_kernels) else 2))  # fc2 input (+ eager SiLU output)
+    if not moe:
+        shd += mlp(m.ffn_hidden / m.hidden)
+    else:
+        fe = m.expert_ffn / m.hidden
+        fixed += 8.0 * m.experts / layout.tp    # the router's fp32 logits and scores
+        # each routed row: the dispatched input, the expert's MLP, its output before the combine
+        shd += m.top_k * (2 * c + mlp(fe)) + mlp(m.shared_experts * fe)
     if stack.dropout:
         whole(1)
     return ActivationTerms(replicated=rep, sharded=shd, scores=scores, fixed=fixed)
@@ -159,12 +169,35 @@ class MemoryBreakdown:
         return d
 
 
+def stage_first_layer(layers: int, pp: int, stage: int) -> int:
+    """Index of the first block of ``stage`` (the split of :func:`stage_layers`)."""
+    return sum(stage_layers(layers, pp, k) for k in range(stage))
+
+
+def stage_block_counts(m: ModelSpec, pp: int, stage: int) -> tuple[int, int]:
+    """(dense blocks, mixture-of-experts blocks) of ``stage``."""
+    L = stage_layers(m.layers, pp, stage)
+    n_moe = m.moe_layers_in(stage_first_layer(m.layers, pp, stage), L)
+    return L - n_moe, n_moe
+
+
+def stage_expert_params(m: ModelSpec, layout: Layout, stage: int) -> float:
+    """Routed-expert parameters on one GPU of ``stage``: its MoE blocks' experts / ep, whole (not split by tp)."""
+    if not m.moe:
+        return 0.0
+    return stage_block_counts(m, layout.pp, stage)[1] * m.routed_params() / layout.ep
+
+
 def _stage_params(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> tuple[float, float]:
-    """(parameters on one GPU of ``stage``, of which in blocks)."""
+    """(parameters on one GPU of ``stage``, of which in blocks), routed experts included."""
     t, last = layout.tp, layout.pp - 1
-    L = stage_layers(m.layers, layout.pp, stage)
+    n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
     whole = 2 * m.norm_params() + (2 * m.hidden if m.bias else 0)  # norms and row-parallel biases stay whole
-    blocks = L * ((m.layer_params() - whole) / t + whole)
+    blocks = n_dense * ((m.block_params(False) - whole) / t + whole)
+    if n_moe:
+        whole_moe = 2 * m.norm_params() + m.hidden * m.experts  # the router is replicated over tp
+        shared = m.attention_params() + m.moe_dense_params()
+        blocks += n_moe * ((shared - whole_moe) / t + whole_moe) + stage_expert_params(m, layout, stage)
     vocab = m.vocab * m.hidden / (t if stack.vocab_parallel else 1)
     p = blocks
     if stage == 0:
@@ -172,6 +205,16 @@ def _stage_params(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> tup
     if stage == last:
         p += m.norm_params() + (vocab if (not m.tied or layout.pp > 1) else 0)
     return p, blocks
+
+
+def sharded_params(m: ModelSpec, layout: Layout, stack: Stack, stage: int, stage_of: int) -> float:
+    """Parameters on one GPU of ``stage`` once ZeRO of ``stage_of`` (1: optimizer state, 2: gradients,
+    3: weights) applies at the layout's stage: the dense ones / dp, the routed experts / (dp · tp / ep)."""
+    psi, _ = _stage_params(m, layout, stack, stage)
+    if layout.zero < stage_of:
+        return psi
+    experts = stage_expert_params(m, layout, stage)
+    return (psi - experts) / layout.dp + experts / layout.edp
 
 
 def memory(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, capacity: float,
@@ -193,18 +236,23 @@ def memory_of_stage(m: ModelSpec, layout: Layout, stack: Stack, global_batch: in
     dp, z, t = layout.dp, layout.zero, layout.tp
     c = dtype_bytes(stack.dtype)
     psi, psi_blocks = _stage_params(m, layout, stack, stage)
-    weights = stack.weight_bytes * psi / (dp if z >= 3 else 1)
-    optimizer = (stack.master_bytes + stack.optimizer_bytes) * psi / (dp if z >= 1 else 1)
-    grads = stack.grad_bytes * psi / (dp if z >= 2 else 1)
+    experts = stage_expert_params(m, layout, stage)
+    # ZeRO shards the dense parameters over dp, the routed experts over the ranks that hold them
+    sharded = (psi - experts) / dp + experts / layout.edp
+    weights = stack.weight_bytes * (sharded if z >= 3 else psi)
+    optimizer = (stack.master_bytes + stack.optimizer_bytes) * (sharded if z >= 1 else psi)
+    grads = stack.grad_bytes * (sharded if z >= 2 else psi)
     shard_w = z >= 3 or (z >= 2 and stack.name == "torch")  # FSDP2 shards parameters at ZeRO-2 too
     if shard_w and z == 2:
-        weights = stack.weight_bytes * psi / dp
+        weights = stack.weight_bytes * sharded
+    div = f" / dp {dp}" + (f" (experts / {layout.edp})" if experts else "")
     f = {
-        "weights": f"{stack.weight_bytes} B × Ψ" + (f" / dp {dp}" if shard_w else "") + f" = {_g(weights)}",
-        "optimizer": f"{stack.master_bytes + stack.optimizer_bytes} B × Ψ" + (f" / dp {dp}" if z >= 1 else "")
+        "weights": f"{stack.weight_bytes} B × Ψ" + (div if shard_w else "") + f" = {_g(weights)}",
+        "optimizer": f"{stack.master_bytes + stack.optimizer_bytes} B × Ψ" + (div if z >= 1 else "")
                      + f" = {_g(optimizer)}",
-        "gradients": f"{stack.grad_bytes} B × Ψ" + (f" / dp {dp}" if z >= 2 else "") + f" = {_g(grads)}",
-        "parameters": f"Ψ = {psi:,.0f} on this GPU (stage {stage}, / tp {t})",
+        "gradients": f"{stack.grad_bytes} B × Ψ" + (div if z >= 2 else "") + f" = {_g(grads)}",
+        "parameters": f"Ψ = {psi:,.0f} on this GPU (stage {stage}, / tp {t}"
+                      + (f"; {experts:,.0f} of them routed experts / ep {layout.ep}" if experts else "") + ")",
     }
     # buffers: persistent DDP buckets; transient bf16 copies and gathered parameters at backward start
     persistent_buf, transient_buf, bf = 0.0, 0.0, []
@@ -226,14 +274,19 @@ def memory_of_stage(m: ModelSpec, layout: Layout, stack: Stack, global_batch: in
     mbs = layout.microbatches(global_batch)
     tokens = layout.mb * m.seq
     L = stage_layers(m.layers, layout.pp, stage)
-    terms = layer_terms(m, stack, layout)
-    per_layer = terms.bytes_per_token(m, m.seq, t) * tokens
+    n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
+    kinds = [(n, moe, layer_terms(m, stack, layout, moe=moe)) for n, moe in ((n_dense, False), (n_moe, True)) if n]
+    # the stage's blocks in proportion (a mixture of experts holds more per token than a dense block)
+    per_layer = sum(n * terms.bytes_per_token(m, m.seq, t) for n, _, terms in kinds) / max(1, L) * tokens
     held = in_flight(layout, mbs, stage, L)
     acts = held * per_layer
-    f["activations"] = (f"{terms.formula()} per layer (s {m.seq}, b {layout.mb}) × {held:g} layer-micro-batches in "
+    formula = " and ".join(terms.formula() + (f" ({n} {'MoE' if moe else 'dense'})" if m.moe else "")
+                           for n, moe, terms in kinds)
+    f["activations"] = (f"{formula} per layer (s {m.seq}, b {layout.mb}) × {held:g} layer-micro-batches in "
                         f"flight = {_g(acts)}")
     if layout.recompute == "full":
-        full = layer_terms(m, stack, layout, recompute="none").bytes_per_token(m, m.seq, t) * tokens
+        full = max(layer_terms(m, stack, layout, recompute="none", moe=moe).bytes_per_token(m, m.seq, t)
+                   for _, moe, _ in kinds) * tokens
         acts += full  # the layer being recomputed in backward
         f["activations"] += " + one recomputed layer"
     loss, kept = 0.0, 0.0
@@ -253,6 +306,9 @@ def memory_of_stage(m: ModelSpec, layout: Layout, stack: Stack, global_batch: in
     # weight gradient not yet accumulated, the incoming gradient (the loss tensors are freed by then)
     ffn_t = m.ffn_hidden / t * (2 if m.gated else 1)
     working = tokens * (ffn_t + m.hidden) * c + m.hidden * ffn_t * stack.grad_bytes
+    if n_moe:  # the routed rows' hidden gradients; the local experts' weight gradients at once (grouped GEMM)
+        rows = m.top_k * m.expert_ffn / t * (2 if m.gated else 1)
+        working = max(working, tokens * (rows + m.hidden) * c + m.experts / layout.ep * m.expert_params() * stack.grad_bytes)
     # gradients of earlier micro-batches exist at a backward's start under 1F1B (its steady state
     # holds p − k micro-batches and the gradients so far) and under plain accumulation; GPipe's peak
     # is its first backward, before any

@@ -12,6 +12,12 @@ user. A paper's per-GPU TFLOP/s becomes an iteration time through the paper's ow
 - Korthikanti et al. 2022: iteration times directly (their Table 4).
 - Llama 3 (Dubey et al. 2024, Table 4): per-GPU TFLOP/s and BF16 MFU; time from 6N + 12·L·h·s FLOPs
   per token (PaLM's count, which BF16 MFU conventionally uses; Meta does not print its formula).
+- Mixture of experts (:data:`MOE`): DeepSeek-V2 (DeepSeek-AI 2024, §3.2.3) and DeepSeek-V3
+  (DeepSeek-AI 2024, §2.4, §3.1) state their H800 GPU-hours per trillion training tokens (172.8K and
+  180K) and their layouts; time = tokens per step / (GPUs · tokens per GPU-second). What the
+  planner does not model is said per row: V3's FP8 matmuls (planned at BF16 rates), DualPipe's
+  near-zero bubble (planned as 1F1B; its all-to-all overlap is modelled, ``ep_overlap``), the
+  multi-token-prediction layer, the sequence-length schedule.
 """
 
 from __future__ import annotations
@@ -20,13 +26,18 @@ from dataclasses import dataclass, field
 
 from workbench.hardware.systems import make_cluster
 from workbench.plan.layout import Layout
-from workbench.plan.model import PRESETS, ModelSpec
+from workbench.plan.model import ModelSpec
+from workbench.plan.presets import PRESETS
 from workbench.plan.search import Evaluated, PlanRequest, evaluate, layouts
 
 MEGATRON_2021 = {"sp": False, "zero": 0}
 """What Megatron-LM could not do in 2021: sequence parallelism and the distributed optimizer came in 2022."""
 A100 = "A100-SXM4-80GB"   # Selene: DGX A100 80GB, 8 x 200 Gb/s HDR per node (Narayanan et al. 2021, §5)
 H100 = "H100"             # Meta's H100 80GB SXM, 8 per server, 400 Gb/s RoCE per GPU (Llama 3, §3.3.1)
+H800_LINKS = (1280.0, 400.0)
+"""The H800 is an H100 SXM (the same peaks and 80 GB) with NVLink cut to 160 GB/s per direction;
+DeepSeek's nodes have one 400 Gb/s InfiniBand NIC per GPU (DeepSeek-V3 report, §3.1): Gbit/s
+(intra, inter) for the planner's H100."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -34,14 +45,14 @@ class Published:
     source: str
     """Paper and table."""
     model: str
-    """A preset of workbench.plan.model."""
+    """A preset of workbench.plan.presets."""
     gpu: str
     gpus: int
     global_batch: int
     stated: dict
     """Layout fields the source states (tp, pp, dp, mb, vpp, recompute, sp, zero)."""
     metric: str
-    """tflops_per_gpu | iteration_s."""
+    """tflops_per_gpu | iteration_s | gpu_hours_per_t_tokens."""
     value: float
     """The paper's number."""
     dtype: str = "fp16"
@@ -54,6 +65,10 @@ class Published:
     """Its data-parallel reduction overlapped backward (torch DDP, DeepSpeed, FSDP)."""
     note: str = ""
     """What else the source says about the run."""
+    links: tuple[float, float] | None = None
+    """(intra, inter) Gbit/s per GPU when not the GPU's usual system (DeepSeek's H800s)."""
+    ep_overlap: bool = False
+    """The run hid its expert-parallel all-to-alls behind compute (DualPipe)."""
 
 
 def _t1(model: str, tp: int, pp: int, n: int, B: int, mb: int, vpp: int, x: float, ddp: str) -> Published:
@@ -89,6 +104,28 @@ def _llama(n: int, dp: int, x: float) -> Published:
                      dtype="bf16", flash_attention=True, dp_overlap=True, note="seq 8192, 16M tokens per batch")
 
 
+def _deepseek(version: str, model: str, gpus: int, B: int, stated: dict, hours_k: float, note: str,
+              ep_overlap: bool) -> Published:
+    return Published(source=f"DeepSeek-AI 2024 ({version} report)", model=model, gpu=H100, gpus=gpus, global_batch=B,
+                     stated=stated, metric="gpu_hours_per_t_tokens", value=hours_k * 1e3, dtype="bf16",
+                     flash_attention=True, dp_overlap=True, note=note, links=H800_LINKS, ep_overlap=ep_overlap)
+
+
+MOE: tuple[Published, ...] = (
+    # V2 §3.2.3: 16-way zero-bubble pipeline, 8-way expert parallel, ZeRO-1 data parallel, no tensor
+    # parallel, some operators recomputed; 172.8K H800 GPU-hours per trillion tokens; batch up to
+    # 9,216 sequences of 4,096. BF16. The GPU count is not stated: 1,024 taken (a per-GPU rate)
+    _deepseek("DeepSeek-V2", "deepseek-v2-236b", 1024, 9216, {"tp": 1, "pp": 16, "ep": 8, "zero": 1}, 172.8,
+              "H800, BF16, zero-bubble PP (planned as 1F1B); 1,024 GPUs assumed (not stated)", ep_overlap=False),
+    # V3 §3.1-3.2: 2,048 H800, 16-way pipeline (DualPipe), 64-way expert parallel over 8 nodes, ZeRO-1,
+    # no tensor parallel; 180K H800 GPU-hours per trillion tokens; batch up to 15,360 of 4,096. FP8
+    _deepseek("DeepSeek-V3", "deepseek-v3-671b", 2048, 15360, {"tp": 1, "pp": 16, "ep": 64, "zero": 1}, 180.0,
+              "H800, FP8 matmuls (planned at BF16), DualPipe (planned as 1F1B with the all-to-all hidden), MTP not "
+              "modelled", ep_overlap=True),
+)
+"""Published mixture-of-experts runs: their median error is stated apart (``moe_median``)."""
+
+
 TABLE: tuple[Published, ...] = (
     _t1("megatron-1.7b", 1, 1, 32, 512, 16, 1, 137, "torch"),
     _t1("megatron-3.6b", 2, 1, 64, 512, 16, 1, 138, "torch"),
@@ -114,6 +151,7 @@ TABLE: tuple[Published, ...] = (
     _llama(8192, 64, 430),
     _llama(16384, 128, 400),
 )
+"""Published dense runs."""
 
 
 def narayanan_flops(m: ModelSpec, B: int) -> float:
@@ -127,6 +165,8 @@ def paper_seconds(row: Published) -> float:
     m = PRESETS[row.model]
     if row.metric == "iteration_s":
         return row.value
+    if row.metric == "gpu_hours_per_t_tokens":
+        return row.global_batch * m.seq * row.value * 3600 / 1e12 / row.gpus
     if row.source.startswith("Narayanan"):
         return narayanan_flops(m, row.global_batch) / (row.gpus * row.value * 1e12)
     return m.model_flops_per_token() * row.global_batch * m.seq / (row.gpus * row.value * 1e12)
@@ -149,8 +189,10 @@ class Prediction:
 
 def predict(row: Published) -> Prediction:
     m = PRESETS[row.model]
-    req = PlanRequest(model=m, cluster=make_cluster(row.gpu, row.gpus), global_batch=row.global_batch, stack=row.stack,
-                      dtype=row.dtype, flash_attention=row.flash_attention, dp_overlap=row.dp_overlap)
+    intra, inter = row.links or (None, None)
+    req = PlanRequest(model=m, cluster=make_cluster(row.gpu, row.gpus, 8, intra, inter), global_batch=row.global_batch,
+                      stack=row.stack, dtype=row.dtype, flash_attention=row.flash_attention, dp_overlap=row.dp_overlap,
+                      ep_overlap=row.ep_overlap or None)
     stated = row.stated
     cands = [lay for lay in layouts(req) if all(getattr(lay, k) == v for k, v in stated.items())]
     evs = [evaluate(req, lay, timed=False) for lay in cands]
@@ -166,8 +208,8 @@ def predict(row: Published) -> Prediction:
                       fits=fits)
 
 
-def predict_all() -> list[Prediction]:
-    return [predict(r) for r in TABLE]
+def predict_all(table: tuple[Published, ...] = TABLE) -> list[Prediction]:
+    return [predict(r) for r in table]
 
 
 def median_abs_error(preds: list[Prediction]) -> float:

@@ -61,9 +61,7 @@ def to_json(p: Plan) -> dict:
     eff["warnings"] = _calibration_warnings(p, [p.given] * (p.given is not None) + ranked)
     return {
         "json_schema": JSON_SCHEMA,
-        "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
-                  "seq": m.seq, "ffn": m.ffn_hidden, "kv_heads": m.kv, "gated": m.gated, "tied": m.tied,
-                  "params": m.params(), "model_flops_per_token": m.model_flops_per_token()},
+        "model": model_json(m),
         "cluster": {"gpu": c.gpu.name, "gpus": c.gpus, "gpus_per_node": c.gpus_per_node,
                     "intra_node_gbps": c.intra_gbps, "inter_node_gbps": c.inter_gbps,
                     "memory_gib": round(c.gpu.memory_gib, 2), "usable_memory_gib": round(FIT_FRACTION * c.gpu.memory_gib, 2),
@@ -76,6 +74,21 @@ def to_json(p: Plan) -> dict:
         "rejected": [{"reason": x.reason, "count": x.count, "example": x.example, "detail": x.detail} for x in p.losses],
         "from_run": r.from_run,
     }
+
+
+def model_json(m) -> dict:
+    """The plan's ``model`` block: the shape, total and active parameters, model FLOPs per token
+    (``ffn`` the dense MLP's width; the MoE keys 0 for a dense model)."""
+    return {"name": m.name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
+            "seq": m.seq, "ffn": m.ffn_hidden, "kv_heads": m.kv, "gated": m.gated, "tied": m.tied,
+            "head_dim": m.d_head, "v_head_dim": m.d_v, "attention": "MLA" if m.latent else (
+                "MHA" if m.kv == m.heads else "MQA" if m.kv == 1 else "GQA"),
+            "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
+            "experts": m.experts, "top_k": m.top_k, "shared_experts": m.shared_experts,
+            "moe_ffn": m.expert_ffn if m.moe else 0, "moe_layers": m.moe_layers,
+            "dense_layers": m.layers - m.moe_layers if m.moe else m.layers,
+            "params": m.params(), "params_active": m.params_active(),
+            "model_flops_per_token": m.model_flops_per_token()}
 
 
 def _calibration_warnings(p: Plan, shown: list[Evaluated]) -> list[str]:
@@ -102,6 +115,8 @@ def short_key(lay: dict) -> str:
     s += " sp" if lay["sp"] else ""
     if lay["pp"] > 1:
         s += f" v{lay['vpp']}" if lay["vpp"] > 1 else (" gpipe" if lay.get("schedule") == "gpipe" else "")
+    if lay.get("ep", 1) > 1:
+        s += f" ep{lay['ep']}"
     return s
 
 
@@ -111,8 +126,9 @@ def print_plan(doc: dict, con, notes=None) -> None:
     from rich.table import Table
 
     m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
+    moe = f", {m['experts']} experts top-{m['top_k']}, {m['params_active'] / 1e9:.2f}B active" if m.get("experts") else ""
     con.print(f"[bold]{m['name']}[/]: {m['params'] / 1e9:.2f}B parameters (L {m['layers']}, h {m['hidden']}, "
-              f"a {m['heads']}, V {m['vocab']}, s {m['seq']}) on {c['gpus']} x {c['gpu']} "
+              f"a {m['heads']}, V {m['vocab']}, s {m['seq']}{moe}) on {c['gpus']} x {c['gpu']} "
               f"({c['gpus_per_node']} per node, {c['memory_gib']:.0f} GiB; links {c['intra_node_gbps']:.0f} / "
               f"{c['inter_node_gbps']:.0f} Gbit/s), global batch {doc['global_batch']} "
               f"({doc['tokens_per_step']:,} tokens), stack {doc['stack']} {doc['dtype']}")
@@ -132,8 +148,9 @@ def print_plan(doc: dict, con, notes=None) -> None:
               f"{c['usable_memory_gib']:.0f} GiB")
     t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "
                                            "and in --json)")
+    moe = bool(m.get("experts"))
     for col in ("#", "layout", "weights", "grads", "optim", "activ", "total", "step ms", "compute", "TP",
-                "bubble", "DP exp", "MFU", "tokens/s"):
+                *(("EP",) if moe else ()), "bubble", "DP exp", "MFU", "tokens/s"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     for p in doc["plans"]:
         mem, tm = p["memory"], p["time"]
@@ -145,10 +162,11 @@ def print_plan(doc: dict, con, notes=None) -> None:
                  ("" if p["fits"] else "[red]") + f"{mem['total_gib']:.1f}" + ("" if p["fits"] else "[/]")]
         if tm:
             cells += [f"{tm['step_ms']:,.0f}", f"{tm['compute_ms']:,.0f}", f"{tm['tp_comm_ms']:,.0f}",
+                      *((f"{tm.get('ep_comm_ms', 0):,.0f}",) if moe else ()),
                       f"{tm['bubble_ms']:,.0f}", f"{tm['dp_exposed_ms']:,.0f}", f"{tm['mfu']:.1%}",
                       f"{tm['tokens_per_s']:,.0f}"]
         else:
-            cells += ["–"] * 7
+            cells += ["–"] * (8 if moe else 7)
         t.add_row(*cells)
     con.print(t)
     for p in doc["plans"][:2]:

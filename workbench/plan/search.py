@@ -4,7 +4,9 @@ and why the others lost.
 The space (Narayanan et al. 2021, §3, name these trade-offs): tensor parallel inside a node
 (powers of two dividing the heads), pipeline stages (1F1B or GPipe; uneven stages allowed), data parallel over the
 rest (dividing the global batch), micro-batch sizes, interleaving (layers per stage divisible by
-vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel.
+vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel,
+and for a mixture of experts the expert-parallel degree: every ep that divides both the experts
+and dp x tp (the ranks it is carved from, see workbench.plan.layout).
 Memory is checked first (cheap); only layouts that fit are timed.
 """
 
@@ -45,6 +47,8 @@ class PlanRequest:
     """Megatron stack: fused attention (newer Megatron-LM / Transformer Engine); default: not (2021-22)."""
     dp_overlap: bool | None = None
     """Megatron stack: data-parallel reduction overlaps backward (newer Megatron-LM); default: not."""
+    ep_overlap: bool | None = None
+    """Expert-parallel all-to-alls overlap another micro-batch's compute (DeepSeek's DualPipe); default: not."""
     run_stack: Stack | None = None
     """The exact stack of an engine run (``--from-run``), used for ``layout``."""
     from_run: dict | None = None
@@ -52,6 +56,10 @@ class PlanRequest:
     run_job: object | None = None
     """``--from-run``: what the run ran (a :class:`workbench.calibration.from_run.RunJob`), to predict it on
     its own GPUs and batch whatever this request asks."""
+    zero_at_dp1: int | None = None
+    """The ZeRO stage layouts with one replica (dp = 1) keep (``--from-run``: the run's): with nothing to
+    shard over, every stage is the same layout, so the search offers none as an alternative. None: the
+    stack's own (torch: DDP or FSDP2 on one replica)."""
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -60,7 +68,8 @@ class PlanRequest:
     def stack_for(self, layout: Layout) -> Stack:
         if self.run_stack is not None and layout == self.layout:
             return self.run_stack
-        return stack_for(self.stack, self.dtype, layout, flash_attention=self.flash_attention, dp_overlap=self.dp_overlap)
+        return stack_for(self.stack, self.dtype, layout, flash_attention=self.flash_attention, dp_overlap=self.dp_overlap,
+                         ep_overlap=self.ep_overlap)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -79,7 +88,8 @@ class Loss:
     """One reason layouts lost to the best."""
 
     reason: str
-    """does not fit | recomputation | compute | tensor-parallel communication | pipeline bubble |
+    """does not fit | recomputation | compute | tensor-parallel communication | expert-parallel
+    communication | pipeline bubble |
     pipeline p2p | exposed data-parallel communication | optimizer | host."""
     count: int
     example: str
@@ -109,6 +119,13 @@ def check_layout(m: ModelSpec, layout: Layout, global_batch: int) -> str | None:
         return f"tp={layout.tp} and the {m.kv} kv heads do not divide each other"
     if layout.pp > m.layers:
         return f"pp={layout.pp} > {m.layers} layers"
+    if layout.ep > 1:
+        if not m.moe:
+            return f"ep={layout.ep} needs a mixture of experts ({m.name} is dense)"
+        if m.experts % layout.ep:
+            return f"ep={layout.ep} does not divide the {m.experts} experts"
+        if (layout.dp * layout.tp) % layout.ep:
+            return f"ep={layout.ep} does not divide dp x tp = {layout.dp * layout.tp} (it is carved from those ranks)"
     if global_batch % (layout.dp * layout.mb):
         return f"the global batch {global_batch} is not divisible by dp x mb = {layout.dp * layout.mb}"
     if layout.vpp > 1:
@@ -157,23 +174,36 @@ def layouts(req: PlanRequest) -> list[Layout]:
                     if vpp > 1 and (pp == 1 or -(-m.layers // pp) < vpp or mbs % pp):
                         continue
                     # DeepSpeed and Megatron-LM run ZeRO-2/3 without pipelining; FSDP2 runs under it
-                    for zero in ((0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)):
+                    zeros = (0, 1) if (pp > 1 and req.stack == "megatron") else (0, 1, 2, 3)
+                    if dp == 1:
                         # ZeRO shards nothing over one replica, but FSDP2 (the torch stack's ZeRO-3)
                         # on one GPU still saves memory: bf16 blocks, no autocast weight copies, no
-                        # DDP buckets — what torchtitan-like trainers run by default on one GPU
-                        if zero and dp == 1 and not (zero == 3 and req.stack == "torch"):
-                            continue
+                        # DDP buckets — what torchtitan-like trainers run by default on one GPU; a
+                        # run's plan keeps the run's own stage there (no ZeRO "alternative" at dp 1)
+                        zeros = (0, 3) if req.stack == "torch" else (0,)
+                        zeros = zeros if req.zero_at_dp1 is None else (req.zero_at_dp1,)
+                    for zero in zeros:
                         for recompute in RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 # GPipe takes as long as 1F1B and holds all m micro-batches: it only
                                 # ever loses on memory, which the table of losers then says
                                 for schedule in (("1f1b", "gpipe") if pp > 1 and vpp == 1 else ("1f1b",)):
-                                    out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute,
-                                                      sp=sp, vpp=vpp, schedule=schedule))
+                                    for ep in eps(m, dp * tp):
+                                        out.append(Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute=recompute,
+                                                          sp=sp, vpp=vpp, schedule=schedule, ep=ep))
     return out
 
 
+def eps(m: ModelSpec, ranks: int) -> list[int]:
+    """Expert-parallel degrees for ``ranks`` = dp x tp ranks of a stage: 1 for a dense model, else
+    every divisor of both the experts and the ranks."""
+    if not m.moe:
+        return [1]
+    return [e for e in divisors(math.gcd(m.experts, ranks))]
+
+
 COMPONENTS = (("recompute_s", "recomputation"), ("compute_s", "compute"), ("tp_comm_s", "tensor-parallel communication"),
+              ("ep_comm_s", "expert-parallel communication"),
               ("bubble_s", "pipeline bubble"), ("pp_comm_s", "pipeline p2p"),
               ("dp_exposed_s", "exposed data-parallel communication"), ("optimizer_s", "optimizer"), ("host_s", "host"))
 

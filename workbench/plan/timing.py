@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from workbench.plan.comm import Collective, call_seconds, collectives
 from workbench.hardware.systems import Cluster
 from workbench.plan.layout import Layout, Stack, dtype_bytes
-from workbench.plan.memory import stage_layers, _stage_params
+from workbench.plan.memory import sharded_params, stage_block_counts, stage_layers
 from workbench.plan.model import ModelSpec
 
 DEFAULT_GEMM = 0.80
@@ -73,6 +73,9 @@ class Efficiencies:
     """Memory-bound kernels (layers and loss), share of HBM bandwidth for the bytes this model counts."""
     optimizer: float = DEFAULT_MEMORY
     """The optimizer's kernels, same convention."""
+    expert_gemm: float | None = None
+    """Routed experts' (grouped) matmuls, share of the peak, as a run measured them; None: timed like
+    any matmul of one expert's size (fewer rows per expert: a smaller share)."""
     host_s_per_kernel: float = 0.0
     """Host time per kernel launched (0: the host never sets the pace)."""
     kernels_per_layer: float = 0.0
@@ -140,6 +143,8 @@ class StepTime:
     """The part of compute_s that recomputes activations."""
     tp_comm_s: float
     """Tensor-parallel collectives (on the critical path)."""
+    ep_comm_s: float
+    """Expert-parallel dispatch and combine on the critical path (what overlap leaves exposed)."""
     bubble_s: float
     """Pipeline fill and drain: (p − 1)/v stage-times."""
     pp_comm_s: float
@@ -189,6 +194,8 @@ class _MicroBatch:
     memory: float = 0.0
     recompute: float = 0.0
     tp: float = 0.0
+    ep: float = 0.0
+    """Expert-parallel all-to-alls on the critical path."""
     backward: float = 0.0
     """Backward kernels (the window data-parallel reduction can hide behind)."""
     forward: float = 0.0
@@ -200,7 +207,7 @@ class _MicroBatch:
 
     @property
     def total(self) -> float:
-        return self.kernels + self.tp
+        return self.kernels + self.tp + self.ep
 
 
 def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Cluster, eff: Efficiencies) -> float:
@@ -214,23 +221,48 @@ def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Clu
     return max(flops / (peak * eff.gemm), moved / (cluster.gpu.hbm_tb_s * 1e12 * eff.memory_bound))
 
 
-def _gemms(m: ModelSpec, stack: Stack, t: int) -> list[tuple[float, float]]:
-    """(N, K) of one block's matmuls on a tp shard, the token dimension aside."""
-    h, f, kvd = m.hidden, m.ffn_hidden, m.kv * m.head_dim
-    attn = [(m.qkv_out / t, h)] if stack.fused_qkv else [(h / t, h), (kvd / t, h), (kvd / t, h)]
-    up = [(2 * f / t, h)] if (m.gated and stack.fused_kernels) else [(f / t, h)] * (2 if m.gated else 1)
-    return attn + [(h, h / t)] + up + [(h, f / t)]
+def block_gemms(m: ModelSpec, stack: Stack, layout: Layout, moe: bool = False) -> list[tuple[float, float, float, float, bool]]:
+    """(rows per token, N, K, calls, routed) of one block's matmuls on one GPU: a matmul of ``rows ×
+    tokens`` by N by K, ``calls`` times; routed: a routed expert's. Attention and dense MLPs split over tp; a mixture of experts' router
+    reads each rank's share of the tokens, its shared experts split like a dense MLP, and its routed
+    experts run whole on their ep rank: experts / ep calls (one per local expert; a grouped GEMM is
+    these together) of tokens × top_k / (tp · experts / ep) rows each, the load balanced."""
+    h, a, d, t = m.hidden, m.heads, m.d_head, layout.tp
+    if m.latent:
+        rope = m.qk_rope_head_dim
+        q = [(a * d / t, h)] if not m.q_lora_rank else [(m.q_lora_rank, h), (a * d / t, m.q_lora_rank)]
+        attn = q + [(m.kv_lora_rank + rope, h), (a * (d - rope + m.d_v) / t, m.kv_lora_rank)]
+    elif stack.fused_qkv:
+        attn = [(m.qkv_out / t, h)]
+    else:
+        attn = [(a * d / t, h), (m.kv * d / t, h), (m.kv * m.d_v / t, h)]
+    out = [(1.0, n, k, 1.0, False) for n, k in attn + [(h, m.attn_out / t)]]
+
+    def mlp(f: float, split: float, rows: float = 1.0, calls: float = 1.0, routed: bool = False) -> list:
+        up = [(2 * f / split, h)] if (m.gated and stack.fused_kernels) else [(f / split, h)] * (2 if m.gated else 1)
+        return [(rows, n, k, calls, routed) for n, k in up + [(h, f / split)]]
+    if not moe:
+        return out + mlp(m.ffn_hidden, t)
+    out.append((1.0 / t, m.experts, h, 1.0, False))  # the router
+    if m.shared_experts:
+        out += mlp(m.shared_experts * m.expert_ffn, t)
+    local = m.experts / layout.ep
+    return out + mlp(m.expert_ffn, 1, rows=m.top_k / (t * local), calls=local, routed=True)
 
 
 def gemm_calls(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> list[tuple[float, float]]:
     """(FLOPs per call, FLOPs per micro-batch) of every matmul one micro-batch runs forward on
     ``stage`` — the sizes a GEMM calibration has to cover (backward's are the same shapes)."""
-    L = stage_layers(m.layers, layout.pp, stage)
     t, s, M = layout.tp, m.seq, layout.mb * m.seq
-    out = [(2.0 * M * n * k, 2.0 * M * n * k * L) for n, k in _gemms(m, stack, t)]
+    out = []
+    for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
+        if n_blocks:
+            out += [(2.0 * rows * M * n * k, 2.0 * rows * M * n * k * calls * n_blocks)
+                    for rows, n, k, calls, _ in block_gemms(m, stack, layout, moe)]
+    L = stage_layers(m.layers, layout.pp, stage)
     if not stack.flash_attention:
         heads = layout.mb * m.heads / t
-        one = 2.0 * s * s * m.head_dim
+        one = 2.0 * s * s * m.d_head
         out += [(one, 2 * one * heads * L)]
     if stage == layout.pp - 1:
         V = m.vocab / (t if stack.vocab_parallel else 1)
@@ -246,19 +278,25 @@ def outside_calibration_pct(calls: list[tuple[float, float]], eff: Efficiencies)
     return 100.0 * sum(f for one, f in calls if not eff.measured(one)) / total if total else 0.0
 
 
-def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int) -> tuple[float, float]:
+def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int, moe: bool = False) -> tuple[float, float]:
     """(forward, backward) bytes the memory-bound kernels of one block move per token."""
     c, r, h, t = dtype_bytes(stack.dtype), stack.residual_bytes, m.hidden, layout.tp
-    f = m.ffn_hidden / t
     sh = 1 / t if layout.sp else 1.0
-    act = (3 if m.gated else 2) * c * f
+    if not moe:
+        act = (3 if m.gated else 2) * c * m.ffn_hidden / t
+    else:
+        # the activation over the routed rows (tokens x top_k, split over tp) and the shared experts;
+        # permuting the rows to their experts, back, and the weighted combine; the router's softmax
+        # and top-k over fp32 scores
+        act = ((3 if m.gated else 2) * c * (m.top_k + m.shared_experts) * m.expert_ffn / t
+               + 5 * m.top_k * c * h / t + 12.0 * m.experts / t)
     if stack.fused_kernels:
         # fused norm (read + write), bias-dropout-add (2 reads, a write, the mask) twice, bias-activation
         fwd = (2 * 2 * c + 2 * (3 * c + (1 if stack.dropout else 0))) * h * sh + act
     else:
         casts = (stack.cast_copies + 1) * (r + c) * h if stack.autocast_weight_copies else 0.0
         # two norms (r in, r out), two residual adds (r + c in, r out), the attention output copy, GELU
-        fwd = 2 * 2 * r * h + 2 * (2 * r + c) * h + 2 * c * h / t + act + casts
+        fwd = 2 * 2 * r * h + 2 * (2 * r + c) * h + 2 * c * m.attn_out / t + act + casts
     bwd = 2 * fwd
     if not stack.flash_attention:
         scores = m.heads * seq / t
@@ -267,15 +305,37 @@ def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int) ->
     return fwd, bwd
 
 
+def _block_weights(m: ModelSpec, layout: Layout, moe: bool) -> float:
+    """Parameters of one block on one GPU (tp shard; a MoE block's local experts whole)."""
+    if not moe:
+        return m.block_params(False) / layout.tp
+    return (m.attention_params() + m.moe_dense_params()) / layout.tp + m.routed_params() / layout.ep
+
+
 def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, eff: Efficiencies, stage: int,
-                 tp_calls: list[Collective], mbs: int) -> _MicroBatch:
+                 calls: list[Collective], mbs: int) -> _MicroBatch:
     L = stage_layers(m.layers, layout.pp, stage)
     t, s, M = layout.tp, m.seq, layout.mb * m.seq
     dtype = "tf32" if stack.dtype == "tf32" else stack.dtype
     hbm = cluster.gpu.hbm_tb_s * 1e12
     out = _MicroBatch()
-    gemm_f = sum(_gemm_s(M, n, k, 1, dtype, cluster, eff) for n, k in _gemms(m, stack, t))
-    layer_flops = m.layer_gemm_flops() / t * M
+    # the stage's blocks by kind (dense, mixture of experts): matmuls, their FLOPs, memory-bound bytes
+    G = F = MF = MB = 0.0
+    for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
+        if not n_blocks:
+            continue
+        gemm_f = flops = 0.0
+        for rows, n, k, calls_per, routed in block_gemms(m, stack, layout, moe):
+            if routed and eff.expert_gemm:
+                gemm_f += 2.0 * rows * M * n * k * calls_per / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm)
+            else:
+                gemm_f += _gemm_s(rows * M, n, k, calls_per, dtype, cluster, eff)
+            flops += 2.0 * rows * M * n * k * calls_per
+        mem_f, mem_b = (b * M / (hbm * eff.memory_bound) for b in _layer_memory_bytes(m, stack, layout, s, moe))
+        if stack.autocast_weight_copies:  # bf16 copies of the fp32 weights, and the fp32 gradients back
+            w = 12 * _block_weights(m, layout, moe) / (hbm * eff.memory_bound)
+            mem_f, mem_b = mem_f + w / 2, mem_b + w / 2
+        G, F, MF, MB = G + n_blocks * gemm_f, F + n_blocks * flops, MF + n_blocks * mem_f, MB + n_blocks * mem_b
     if stack.flash_attention:
         attn_flops = m.attention_flops(s) / t * M * 0.5  # causal: flash kernels skip the masked half
         attn_f = attn_flops / (cluster.gpu.peak_flops("fp32" if dtype in ("fp32", "tf32") else dtype) * eff.attention)
@@ -283,29 +343,25 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         attn_hw = 3.5 * attn_flops
     else:
         # unfused: the two batched matmuls QKᵀ and AV over the whole square
-        hd, heads = m.head_dim, layout.mb * m.heads / t
-        attn_f = _gemm_s(s, s, hd, heads, dtype, cluster, eff) + _gemm_s(s, hd, s, heads, dtype, cluster, eff)
+        hd, vd, heads = m.d_head, m.d_v, layout.mb * m.heads / t
+        attn_f = _gemm_s(s, s, hd, heads, dtype, cluster, eff) + _gemm_s(s, vd, s, heads, dtype, cluster, eff)
         attn_b = 2 * attn_f
         attn_hw = 3 * m.attention_flops(s) / t * M
-    mem_f, mem_b = (b * M / (hbm * eff.memory_bound) for b in _layer_memory_bytes(m, stack, layout, s))
-    if stack.autocast_weight_copies:  # bf16 copies of the fp32 weights, and the fp32 gradients back
-        w = 12 * (m.layer_params() / t) / (hbm * eff.memory_bound)
-        mem_f, mem_b = mem_f + w / 2, mem_b + w / 2
-    fwd = gemm_f + attn_f + mem_f
-    rec = {"none": 0.0, "selective": attn_f + (0 if stack.flash_attention else mem_f * 0.5), "full": fwd}[layout.recompute]
-    rec_flops = {"none": 0.0, "selective": attn_hw / 3.5 if stack.flash_attention else attn_hw / 3,
-                 "full": layer_flops + attn_hw / (3.5 if stack.flash_attention else 3)}[layout.recompute]
-    out.gemm = L * 3 * gemm_f
+    fwd = G + L * attn_f + MF
+    rec = {"none": 0.0, "selective": L * attn_f + (0 if stack.flash_attention else MF * 0.5), "full": fwd}[layout.recompute]
+    rec_flops = {"none": 0.0, "selective": L * attn_hw / (3.5 if stack.flash_attention else 3),
+                 "full": F + L * attn_hw / (3.5 if stack.flash_attention else 3)}[layout.recompute]
+    out.gemm = 3 * G
     out.attention = L * (attn_f + attn_b)
-    out.memory = L * (mem_f + mem_b)
-    out.recompute = L * rec
-    out.forward = L * fwd
-    out.backward = L * (2 * gemm_f + attn_b + mem_b + rec)
-    out.hw_flops = L * (3 * layer_flops + attn_hw + rec_flops)
+    out.memory = MF + MB
+    out.recompute = rec
+    out.forward = fwd
+    out.backward = 2 * G + L * attn_b + MB + rec
+    out.hw_flops = 3 * F + L * attn_hw + rec_flops
     # recompute's kernels are in the totals too (what the GPU runs)
-    out.gemm += L * (gemm_f if layout.recompute == "full" else 0.0)
-    out.attention += L * (attn_f if layout.recompute != "none" else 0.0)
-    out.memory += L * (mem_f if layout.recompute == "full" else 0.0)
+    out.gemm += G if layout.recompute == "full" else 0.0
+    out.attention += L * attn_f if layout.recompute != "none" else 0.0
+    out.memory += MF if layout.recompute == "full" else 0.0
     c = dtype_bytes(stack.dtype)
     if stage == layout.pp - 1:  # the head and the loss
         V = m.vocab / (t if stack.vocab_parallel else 1)
@@ -321,7 +377,11 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         emb = (c + 8) * M * m.hidden / (hbm * eff.memory_bound)
         out.memory += emb
         out.backward += emb / 2
-    out.tp = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in tp_calls) / mbs
+    out.tp = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "tp") / mbs
+    ep = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "ep") / mbs
+    # dispatch and combine wait for the tokens and the experts: on the critical path, unless the stack
+    # overlaps them with another micro-batch's kernels (DualPipe), which then hide them up to their time
+    out.ep = max(0.0, ep - out.kernels) if stack.ep_overlap else ep
     return out
 
 
@@ -332,17 +392,17 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
     per_stage = {}
     for stage in sorted({0, p - 1}):
         calls = collectives(m, layout, stack, global_batch, cluster, stage)
-        mb = _micro_batch(m, layout, stack, cluster, eff, stage, [x for x in calls if x.group == "tp"], mbs)
+        mb = _micro_batch(m, layout, stack, cluster, eff, stage, calls, mbs)
         per_stage[stage] = (mb, calls)
     stage = max(per_stage, key=lambda k: per_stage[k][0].total)
     mb, calls = per_stage[stage]
     pipe = (mbs + (p - 1) / v) * mb.total
     bubble = (p - 1) / v * mb.total
     p2p = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "pp")
-    dp_calls = [x for x in calls if x.group == "dp"]
+    dp_calls = [x for x in calls if x.group in ("dp", "edp")]
     dp_total = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in dp_calls)
     dp_exposed = _dp_exposed(dp_calls, cluster, eff, stack, mb, mbs)
-    psi = _stage_params(m, layout, stack, stage)[0] / (layout.dp if layout.zero >= 1 else 1)
+    psi = sharded_params(m, layout, stack, stage, 1)
     optimizer = OPTIMIZER_BYTES_PER_PARAM.get(stack.name, 40.0) * psi / (cluster.gpu.hbm_tb_s * 1e12 * eff.optimizer)
     gpu = pipe + p2p + dp_exposed + optimizer
     host = 0.0
@@ -360,7 +420,7 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
     model_flops = m.model_flops_per_token() * tokens
     hw = mb.hw_flops * mbs * layout.dp * layout.pp * layout.tp  # every GPU runs its stage's share
     return StepTime(step_s=step, compute_s=mbs * mb.kernels, recompute_s=mbs * mb.recompute, tp_comm_s=mbs * mb.tp,
-                    bubble_s=bubble, pp_comm_s=p2p, dp_comm_s=dp_total, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
+                    ep_comm_s=mbs * mb.ep, bubble_s=bubble, pp_comm_s=p2p, dp_comm_s=dp_total, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
                     host_s=host, gemm_s=mbs * mb.gemm, attention_s=mbs * mb.attention, memory_bound_s=mbs * mb.memory,
                     tokens_per_s=tokens / step, mfu=model_flops / (step * cluster.gpus * peak),
                     hfu=hw / (step * cluster.gpus * peak) if hw else 0.0, stage=stage,

@@ -23,8 +23,24 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "seq": (1, 100_000_000),
     "ffn": (1, 10_000_000),
     "kv_heads": (1, 100_000),
+    "head_dim": (1, 100_000),
+    "v_head_dim": (1, 100_000),
+    "experts": (1, 100_000),
+    "top_k": (1, 100_000),
+    "shared_experts": (0, 100_000),
+    "moe_ffn": (1, 10_000_000),
+    "dense_layers": (0, 100_000),
+    "moe_every": (1, 100_000),
+    "q_lora_rank": (1, 10_000_000),
+    "kv_lora_rank": (1, 10_000_000),
+    "qk_rope_head_dim": (1, 100_000),
 }
-"""Model shape, inclusive (Llama 3 405B: 126 layers, h 16,384, 128 heads, V 128,256, s 8,192-131,072)."""
+"""Model shape, inclusive (Llama 3 405B: 126 layers, h 16,384, 128 heads, V 128,256, s 8,192-131,072;
+DeepSeek-V3: 256 experts, top-8). For the fields of :data:`DEFAULT_ZERO` 0 means "the default"."""
+
+DEFAULT_ZERO = ("ffn", "kv_heads", "head_dim", "v_head_dim", "experts", "top_k", "shared_experts", "moe_ffn",
+                "dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
+"""Fields whose 0 means their default (4h, MHA, hidden / heads, a dense model, no latent attention …)."""
 
 FLAG_LIMITS: dict[str, tuple[int, int]] = {
     "--gpus": (1, 10_000_000),
@@ -40,7 +56,7 @@ GBPS_LIMIT = 1e7
 
 LAYOUT_LIMITS: dict[str, tuple[int, int]] = {
     "tp": (1, 100_000), "pp": (1, 100_000), "dp": (1, 10_000_000), "mb": (1, 1_000_000), "vpp": (1, 1_000),
-    "zero": (0, 3),
+    "zero": (0, 3), "ep": (1, 100_000),
 }
 
 _INT = re.compile(r"[+-]?\d+")
@@ -107,13 +123,44 @@ def switch(key: str, value: str) -> bool:
 
 
 def model_fields(name: str, fields: dict[str, object]) -> None:
-    """A ModelSpec's numbers (0 for ``ffn`` and ``kv_heads`` means their defaults: 4h, MHA)."""
+    """A ModelSpec's numbers (0 for those of :data:`DEFAULT_ZERO` means their defaults)."""
     for f, (lo, hi) in MODEL_LIMITS.items():
         v = fields[f]
-        if f in ("ffn", "kv_heads") and v == 0 and not isinstance(v, bool):
+        if f in DEFAULT_ZERO and v == 0 and not isinstance(v, bool):
             continue
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise WorkbenchError(f"model {name}: {f} must be a whole number from {lo:,} to {hi:,}, got {_short(v)}")
+
+
+def model_spec_checks(m) -> None:
+    """What a ModelSpec's fields must agree on (each failure one line naming the fields)."""
+    def bad(what: str) -> None:
+        raise WorkbenchError(f"model {m.name}: {what}")
+
+    if not m.head_dim and m.hidden % m.heads:
+        bad(f"hidden size {m.hidden} is not divisible by {m.heads} heads (give the head width: hd=…)")
+    if m.heads % m.kv:
+        bad(f"{m.heads} heads are not divisible by {m.kv} kv heads")
+    if m.norm not in ("layernorm", "rms"):
+        bad(f"norm must be layernorm or rms, got {m.norm!r}")
+    if m.experts:
+        if not m.top_k:
+            bad(f"{m.experts} experts need top_k (the routed experts per token)")
+        if m.top_k > m.experts:
+            bad(f"top_k {m.top_k} is more than the {m.experts} experts")
+        if m.dense_layers >= m.layers:
+            bad(f"dense_layers {m.dense_layers} leaves none of the {m.layers} blocks a mixture of experts")
+        if m.moe_layers == 0:
+            bad(f"moe_every {m.moe_every} leaves none of the {m.layers} blocks a mixture of experts")
+    elif m.top_k or m.shared_experts or m.moe_ffn or m.dense_layers:
+        bad("top_k, shared, moe_ffn and dense_layers need experts (the routed experts per block)")
+    if m.kv_lora_rank:
+        if not m.qk_rope_head_dim or m.qk_rope_head_dim >= m.d_head:
+            bad(f"latent attention needs rope_hd (the rotary part of the head) below the head width {m.d_head}")
+        if m.kv_heads and m.kv_heads != m.heads:
+            bad("latent attention has no grouped kv heads (kv must be the heads or left out)")
+    elif m.q_lora_rank or m.qk_rope_head_dim:
+        bad("q_lora and rope_hd belong to latent attention: give kv_lora (its compressed width)")
 
 
 def layout_key(key: str, value: str) -> int:

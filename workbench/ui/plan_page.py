@@ -13,7 +13,7 @@ from workbench.format.errors import WorkbenchError
 from workbench.hardware.devices import resolve
 from workbench.hardware.peaks import DEVICES
 from workbench.present.plan_figures import memory_bars, step_split_bars
-from workbench.plan.model import PRESETS
+from workbench.plan.presets import PRESETS
 from workbench.plan.report import to_json
 from workbench.calibration.request import build_request
 from workbench.plan.search import plan
@@ -35,7 +35,8 @@ def _table(doc: dict) -> pd.DataFrame:
         m, t = p["memory"], p["time"] or {}
         rows.append({"#": "given" if p["given"] else p["rank"], "layout": p["layout_key"], "fits": p["fits"],
                      "memory (GiB)": m["total_gib"], "step (ms)": t.get("step_ms"), "compute (ms)": t.get("compute_ms"),
-                     "TP comm (ms)": t.get("tp_comm_ms"), "bubble (ms)": t.get("bubble_ms"),
+                     "TP comm (ms)": t.get("tp_comm_ms"), "EP comm (ms)": t.get("ep_comm_ms"),
+                     "bubble (ms)": t.get("bubble_ms"),
                      "exposed DP (ms)": t.get("dp_exposed_ms"), "MFU (%)": 100 * t["mfu"] if t else None,
                      "tokens/s": t.get("tokens_per_s")})
     return pd.DataFrame(rows)
@@ -45,12 +46,14 @@ def _table(doc: dict) -> pd.DataFrame:
 def plan_page() -> None:
     st.title("Plan")
     st.caption("Which tensor × pipeline × data-parallel layout (ZeRO stage, micro-batch, recomputation, sequence "
-               "parallelism) fits and runs fastest — before launch. The same search as `workbench plan`.")
+               "parallelism; expert parallelism for a mixture of experts) fits and runs fastest — before launch. The "
+               "same search as `workbench plan`; MFU counts a mixture of experts' active parameters (6·N_active + "
+               "6·L·heads·(head_dim + v_head_dim)·s per token).")
     presets = list(PRESETS)
     q = st.query_params
     c1, c2, c3, c4 = st.columns(4)
     model = c1.selectbox("Model", presets, index=presets.index(q.get("model", "gpt3-175b")) if q.get("model", "gpt3-175b") in presets else 0)
-    keys = c1.text_input("…or a key list", value="", placeholder="L=32,h=4096,a=32,V=50304,s=4096")
+    keys = c1.text_input("…or a key list", value="", placeholder="L=32,h=4096,a=32,V=50304,s=4096[,experts=64,top_k=6,moe_ffn=1408]")
     gpus_list = list(DEVICES)
     asked = q.get("gpu", "H100")  # a row name, or any name the device table resolves (?gpu=H100)
     row = asked if asked in gpus_list else (resolve(asked).gpu.key if resolve(asked) else None)
