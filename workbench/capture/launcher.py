@@ -123,7 +123,7 @@ def single_rank_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, signum: int | None = None,
-                    job_ended: bool = True) -> dict[str, Any]:
+                    job_ended: bool = True, leftovers: list[int] | None = None) -> dict[str, Any]:
     """Fold the ranks' env/status files into the manifest and record how the run ended.
 
     ``signum``: the signal that ended ``workbench profile`` (the run is then ``interrupted``).
@@ -174,6 +174,9 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
         errors.insert(0, f"rank {died[0]} {DIED_WITHOUT_REPORTING}")
     if errors:
         manifest["error"] = errors[0]
+    if leftovers:
+        # processes the script left running (forked and never reaped): ended with the job
+        manifest["leftovers_ended"] = leftovers
     write_manifest(run_dir, manifest)
     return manifest
 
@@ -282,7 +285,10 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
             code = _rank_exit_code(run_dir, code)
         if job.signum:
             code = 128 + job.signum
-        finish_manifest(run_dir, manifest, code, signum=job.signum)
+        if job.leftovers and code == 0:
+            print(f"workbench: the script left {len(job.leftovers)} process(es) running after it ended "
+                  f"(pid {', '.join(map(str, job.leftovers))}): ended them", file=sys.stderr, flush=True)
+        finish_manifest(run_dir, manifest, code, signum=job.signum, leftovers=job.leftovers)
     return code, run_dir
 
 
