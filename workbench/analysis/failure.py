@@ -189,4 +189,52 @@ def gib(b: float | None) -> float | None:
     return None if b is None else round(b / (1 << 30), 3)
 
 
-__all__ = ["FRAGMENTED_FRACTION", "classify", "fragmented", "gib", "parse_oom", "parse_timeout", "size_bytes"]
+
+
+def run_failure(manifest: dict | None) -> dict[str, Any] | None:
+    """How a failed run ended, from its manifest (the ranks' status files folded in): None unless
+    ``status`` is ``failed``. Keys: ``exit_code``, ``error`` (the first failing rank's, as the
+    manifest says it), ``signal``, ``ranks_died``, ``ranks`` (each rank that failed, first to fail
+    first: ``rank``, ``error``, ``kind`` (:func:`classify`), ``error_type``, ``phase``, ``where``,
+    ``step`` (the step in flight: steps completed before it), ``profiler_phase``, ``exit_code``,
+    ``oom`` (:func:`parse_oom`), ``timeout`` (:func:`parse_timeout`))."""
+    m = manifest or {}
+    if m.get("status") != "failed":
+        return None
+    ranks = m.get("ranks") if isinstance(m.get("ranks"), dict) else {}
+    failed = []
+    for key, info in ranks.items():
+        if not isinstance(info, dict):
+            continue
+        error = info.get("error") if isinstance(info.get("error"), str) else None
+        code = info.get("exit_code")
+        if not error and (not isinstance(code, int) or code == 0):
+            continue
+        try:
+            rank = int(info.get("rank", key))
+        except (TypeError, ValueError):
+            continue
+        steps = info.get("steps")
+        entry = {"rank": rank, "error": error, "kind": classify(error), "exit_code": code,
+                 "step": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+                 **{k: info.get(k) for k in ("error_type", "phase", "where", "profiler_phase") if isinstance(info.get(k), str)}}
+        if (oom := parse_oom(error)) is not None:
+            entry["oom"] = oom
+        if (timeout := parse_timeout(error)) is not None:
+            entry["timeout"] = timeout
+        end = info.get("end_unix_s")
+        entry["_end"] = float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) else float("inf")
+        failed.append(entry)
+    failed.sort(key=lambda e: (e["_end"], e["rank"]))
+    for e in failed:
+        del e["_end"]
+    died = [int(r) for r in m.get("ranks_died") or [] if isinstance(r, int) and not isinstance(r, bool)]
+    error = m.get("error") if isinstance(m.get("error"), str) else None
+    if not failed and error:  # an older manifest, or a launcher that saw the error itself
+        failed = [{"rank": None, "error": error, "kind": classify(error), "step": None}]
+        if (oom := parse_oom(error)) is not None:
+            failed[0]["oom"] = oom
+    return {"exit_code": m.get("exit_code"), "error": error, "signal": m.get("signal"), "ranks_died": died, "ranks": failed}
+
+
+__all__ = ["FRAGMENTED_FRACTION", "classify", "fragmented", "gib", "parse_oom", "parse_timeout", "run_failure", "size_bytes"]

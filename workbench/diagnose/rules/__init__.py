@@ -7,6 +7,8 @@ final sort by severity and gain keeps it for ties). Adding a rule is its module 
 """
 
 from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
+    out_of_memory,
+    job_failed,
     dataloader_stall,
     redundant_allgather,
     exposed_communication,
