@@ -8,6 +8,8 @@
                  otherwise a RuntimeError
 --first-step-s S sleep S seconds before the first iteration (a long compile or data pipeline)
 --iters N        iterations (default 12); --sleep S per iteration
+--hang-rank R    (under torchrun, gloo, a 5 s collective timeout) rank R stops joining the gradient
+                 all-reduce at --fail-at (it sleeps 60 s): the other ranks time out waiting for it
 """
 import argparse
 import time
@@ -21,7 +23,18 @@ p.add_argument("--oom", action="store_true")
 p.add_argument("--first-step-s", type=float, default=0.0)
 p.add_argument("--iters", type=int, default=12)
 p.add_argument("--sleep", type=float, default=0.02)
+p.add_argument("--hang-rank", type=int, default=None)
 args = p.parse_args()
+
+dist = None
+if args.hang_rank is not None:
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+    rank = dist.get_rank()
 
 OOM_TEXT = ("CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 139.80 GiB of which 1.12 GiB "
             "is free. Including non-PyTorch memory, this process has 138.67 GiB memory in use. Of the allocated memory "
@@ -37,6 +50,8 @@ state = {"i": 0}
 
 
 def fail():
+    if args.hang_rank is not None:  # the failure is the hang, not a raise
+        return
     raise torch.OutOfMemoryError(OOM_TEXT) if args.oom else RuntimeError(f"planted failure in {args.phase}")
 
 
@@ -64,6 +79,11 @@ for i in range(args.iters):
     loss = out.pow(2).mean()
     opt.zero_grad()
     loss.backward()
+    if dist is not None:
+        if i == args.fail_at and rank == args.hang_rank:
+            time.sleep(60)
+        for q in model.parameters():
+            dist.all_reduce(q.grad)
     opt.step()
     time.sleep(args.sleep)
 print("trained", args.iters, "iterations")

@@ -141,8 +141,11 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
     died = _ranks_died(run_dir) if job_ended else []
     by_rank = [ranks[k] for k in sorted(ranks, key=int)]
     signals = [r["signal"] for r in by_rank if r.get("signal")]
-    sig = signal.Signals(signum).name if signum else (signals[0] if signals and not died else None)
-    if sig or (exit_code == 130 and not died):
+    # A rank that failed on its own (not "interrupted by SIGTERM": torchrun stops the others when one
+    # fails) makes the run failed, whatever signal the others got; a signal the user sent wins.
+    own_failure = any(r.get("error") and not str(r["error"]).startswith("interrupted by") for r in by_rank)
+    sig = signal.Signals(signum).name if signum else (signals[0] if signals and not died and not own_failure else None)
+    if sig or (exit_code == 130 and not died and not own_failure):
         status = contract.STATUS_INTERRUPTED
     else:
         status = contract.STATUS_OK if exit_code == 0 and not died else contract.STATUS_FAILED

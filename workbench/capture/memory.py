@@ -196,15 +196,16 @@ class MemoryRecorder:
 
 def failure_phase(exc: BaseException) -> str | None:
     """Where in the iteration ``exc`` was raised, from its traceback: ``backward`` (inside autograd's
-    engine: torch/autograd), ``optimizer`` (inside torch/optim), ``forward`` (inside a module's
-    call), or None (elsewhere: data loading, the script's own code)."""
+    engine: torch/autograd), ``optimizer`` (inside torch/optim), ``communication`` (inside
+    torch.distributed: a collective the script called), ``forward`` (inside a module's call), or
+    None (elsewhere: data loading, the script's own code)."""
     tb = exc.__traceback__
     seen = []
     while tb is not None:
         seen.append(tb.tb_frame.f_code.co_filename.replace(os.sep, "/"))
         tb = tb.tb_next
     for marker, phase in (("/torch/autograd/", "backward"), ("/torch/optim/", "optimizer"),
-                          ("/torch/nn/modules/module.py", "forward")):
+                          ("/torch/distributed/", "communication"), ("/torch/nn/modules/module.py", "forward")):
         if any(marker in f for f in seen):
             return phase
     return None

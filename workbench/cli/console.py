@@ -80,8 +80,10 @@ def print_analysis(result, con=None) -> None:
     categories = list(summary.breakdown_pct)
     con.print(f"[bold]{run.name}[/]: {run.world_size} rank(s), {run.device or 'unknown device'}, "
               f"{summary.steps} profiled step(s)")
+    from rich.markup import escape  # an error text from a run ("[/__w/pytorch/…]") is not markup
+
     for w in run.warnings:
-        con.print(f"[yellow]warning:[/] {w}")
+        con.print(f"[yellow]warning:[/] {escape(w)}")
     covered = summary.steps_covered
     title = "mean per step (ms)" + (f" — {covered}" if covered and covered.startswith("the job") else ", profiled steps")
     t = Table(title=title, title_justify="left")
@@ -106,8 +108,8 @@ def print_analysis(result, con=None) -> None:
                   f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
                   f"the loop); step times above are the GPU's")
     for d in r.diagnoses:
-        con.print(f"[{COLOURS[d.severity]}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {d.title}")
-        con.print(f"         fix: {d.recommendation}")
+        con.print(f"[{COLOURS[d.severity]}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {escape(d.title)}")
+        con.print(f"         fix: {escape(d.recommendation)}")
         gain = d.estimated_gain
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
@@ -121,7 +123,7 @@ def print_analysis(result, con=None) -> None:
     _print_memory(r.memory, con)
     _print_model(r.model, r.metrics, con)
     _print_efficiency(r.efficiency, con)
-    con.print(f"[bold]verdict:[/] {r.verdict}")
+    con.print(f"[bold]verdict:[/] {escape(r.verdict)}")
 
 
 def _print_model(model, metrics, con) -> None:

@@ -311,7 +311,8 @@ class Result:
             "clock": _plain(self.clock),
             "efficiency": self.efficiency.to_json() if self.efficiency else None,
             "model": self.model.to_json(),
-            "memory": _plain(self.memory) if self.memory is not None else None,
+            # absent where nothing was measured: documents of earlier releases read back unchanged
+            **({"memory": _plain(self.memory)} if self.memory is not None else {}),
         }
 
     @classmethod

@@ -7,8 +7,6 @@ final sort by severity and gain keeps it for ties). Adding a rule is its module 
 """
 
 from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
-    out_of_memory,
-    job_failed,
     dataloader_stall,
     redundant_allgather,
     exposed_communication,
@@ -27,4 +25,6 @@ from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
     attention_math,
     layout_conversion,
     stale_gemm_kernels,
+    out_of_memory,
+    job_failed,
 )
