@@ -144,7 +144,7 @@ def fragmented(oom: dict[str, Any]) -> bool:
     return unalloc >= FRAGMENTED_FRACTION * cap and (want is None or unalloc >= want)
 
 
-_WATCHDOG = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: (\w+)\(([^)]*)\) ran for (\d+) "
+_WATCHDOG = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: (\w+)\((.*?)\) ran for (\d+) "
                        r"milliseconds")
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (\w+) operation")
 _PEER = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|ProcessGroupNCCL.*(?:aborted|abort)|"
