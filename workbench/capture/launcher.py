@@ -221,7 +221,8 @@ def _rank_exit_code(run_dir: Path, fallback: int) -> int:
 def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path | None = None,
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
             command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
-            stop_after_profile: bool = False, profile_memory: bool | None = None) -> tuple[int, Path]:
+            stop_after_profile: bool = False, profile_memory: bool | None = None,
+            memory_history: int = 0) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
 
     ``nproc``: None runs one process as ``python SCRIPT`` would; N ranks as ``torchrun
@@ -231,7 +232,8 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
     ``workbench profile`` line); ``workbench train`` passes its own. ``steps_from`` says what
     marks a step (:mod:`workbench.capture.steps`); ``profile_memory`` records the profiler's
     per-event memory records (the memory timeline; off by default: the allocator's peaks are in
-    every step row); ``max_steps`` / ``stop_after_profile`` end the
+    every step row); ``memory_history``: entries of the CUDA allocator's history to record (0: off;
+    workbench.capture.memory); ``max_steps`` / ``stop_after_profile`` end the
     script cleanly after that many steps / after the last profiled step.
     """
     steps_from = parse_steps_from(steps_from)
@@ -250,6 +252,8 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
                WORKBENCH_STOP_AFTER_PROFILE="1" if stop_after_profile else "")
     if profile_memory is not None:  # else the environment's WORKBENCH_PROFILE_MEMORY, or the default (off)
         env["WORKBENCH_PROFILE_MEMORY"] = "1" if profile_memory else "0"
+    if memory_history:
+        env["WORKBENCH_MEMORY_HISTORY"] = str(int(memory_history))
     command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc else []), script, *args]
 
     if already_a_rank():
