@@ -6,6 +6,10 @@
 #
 #   bash benchmarks/torchtitan_gpu.sh OUT [RUN...]
 #   RUN: 3b_full 3b_selective 3b_none 8b_full (the default, in this order) | 3b_selective2 | 1b_none
+#        | 8b_none_oom 8b_selective: the out-of-memory check (python -m benchmarks.oom_check, once the
+#        packs are back): 8B without recomputation at seq 8192 runs out of memory in its second step
+#        (recorded from step 0, --schedule 0,0,2, with --memory-history), and the alternatives the
+#        workbench offers for it (8b_full, 8b_selective) run and measured
 #
 # On the device machine, from the repository root, with carry
 #   [".whl", "corpus/torchtitan", "corpus/torchtitan_ext", "corpus/torchtitan_data"]
@@ -75,7 +79,7 @@ run_one() {  # name, time cap (s), torchtitan flags...
   rm -rf "$dir" "/tmp/tt_dump/$name"
   echo "=== $name $(date -u +%T) (limit $t s): $*" | tee -a "$OUT/summary.txt"
   (cd corpus/torchtitan && timeout -s INT -k 20 "$t" python3 -m workbench profile --no-analyze \
-      --schedule "$SCHEDULE" --out "$dir" torchtitan/train.py "${COMMON[@]}" \
+      --schedule "$SCHEDULE" ${WB_PROFILE_ARGS:-} --out "$dir" torchtitan/train.py "${COMMON[@]}" \
       --job.dump_folder "/tmp/tt_dump/$name" "$@") > "/tmp/tt/$name.console" 2>&1
   local code=$?
   mkdir -p "$dir" && cp "/tmp/tt/$name.console" "$dir/console.log"
@@ -99,6 +103,10 @@ for RUN in "${RUNS[@]}"; do
     # every 2nd block checkpointed whole (torchtitan's layer-frequency selective option)
     3b_selective2) run_one "$RUN" 120 --model.flavor 3B --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2 ;;
     1b_none)       run_one "$RUN" 90 --model.flavor 1B --activation_checkpoint.mode none ;;
+    # runs out of memory in its second step on one H200 (PyTorch: ~138 GiB of 139.8 allocated)
+    8b_none_oom)   SCHEDULE=0,0,2 WB_PROFILE_ARGS="--memory-history 100000" run_one "$RUN" 120 --model.flavor 8B \
+                     --activation_checkpoint.mode none ;;
+    8b_selective)  run_one "$RUN" 170 --model.flavor 8B "${SEL[@]}" ;;
     *) echo "unknown run $RUN" | tee -a "$OUT/summary.txt" ;;
   esac
 done

@@ -52,7 +52,8 @@ class Case:
     what: str
     build: Callable[[Path], Path]
     """Builds the input under the given empty directory; returns the path the command reads."""
-    expect: str  # "error" (exit 2, one line) or "result" (exit 0, with a warning that names the problem)
+    expect: str  # "error" (exit 2, one line), "result" (exit 0, with a warning that names the problem) or
+    #              "capture" (`workbench profile` of a hostile script: the script's own exit code, checked in the manifest)
     says: str = ""
     """A substring of the error line, or of one of the run's warnings."""
     check: Callable[[dict], str | None] | None = None
@@ -61,6 +62,10 @@ class Case:
     env: dict = field(default_factory=dict)
     slow: bool = False
     timeout_s: float = 120
+    args: tuple[str, ...] = ()
+    """Arguments after the target (a profiled script's own)."""
+    exit_code: int = 0
+    """For "capture": the exit code the script itself ends with, which `workbench profile` must return."""
 
 
 @dataclass(frozen=True)
@@ -505,6 +510,39 @@ CASES: list[Case] = [
          _without_gpu_clock("gpu_host_ahead_graphs", 5), "result", "sync to sync",
          check=_near("step_ms", _gpu_truth("gpu_host_ahead_graphs"), 0.10)),
 ]
+def _steps_once(n: int):
+    """Rank 0's steps CSV holds steps 0 … n−1, each once (a forked child wrote none of its own)."""
+    def check(m: dict) -> str | None:
+        import csv
+
+        with open(Path(m["_dir"]) / "steps_rank0.csv", newline="") as f:
+            steps = [int(r["step"]) for r in csv.DictReader(f)]
+        return None if steps == list(range(n)) else f"steps {steps} where 0…{n - 1} once each"
+    return check
+
+
+def _hostile_script(d: Path) -> Path:
+    """tests/scripts/hostile_train.py, copied under the case's directory (its processes are then
+    known by their command line)."""
+    target = d / "hostile_train.py"
+    shutil.copy(ROOT / "tests" / "scripts" / "hostile_train.py", target)
+    return target
+
+
+# hostile scripts under `workbench profile`
+PROFILE = ("profile", "--no-analyze", "--out", "{tmp}/run")
+CASES += [
+    Case("script_forks", "hostile scripts", "a script that `os.fork()`s at step 3: the child trains two steps, then "
+         "blocks forever on a lock it inherited held", _hostile_script, "capture", "leftovers_ended", argv=PROFILE,
+         args=("--fork",), check=_steps_once(8), slow=True),
+    Case("script_trace_ready_exits", "hostile scripts", "a script whose own torch.profiler's `on_trace_ready` calls "
+         "`sys.exit(9)`", _hostile_script, "capture", "sys.exit(9) at hostile_train.py", argv=PROFILE,
+         args=("--trace-exit", "9"), exit_code=9, slow=True),
+    Case("script_closes_stdio", "hostile scripts", "a script that closes stdout and stderr (the objects and the "
+         "descriptors) at step 2 and trains on", _hostile_script, "capture", "status ok", argv=PROFILE,
+         args=("--close-std",), check=_steps_once(8), slow=True),
+]
+
 # Over ~4 s each on an idle 2-core machine (gigabytes inflated, a million names): `pytest -m slow`;
 # RELIABILITY.md's check runs every case.
 SLOW = {"step_markers_300k", "padding_4gib", "padding_4gib_foreign", "tiny_events_2gib", "tiny_events_9gib", "real_events_9gib", "unique_names",
@@ -545,7 +583,7 @@ def observe(case: Case, d: Path) -> Observed:
     if argv == ["upload"]:
         cmd = [sys.executable, str(ROOT / "tests" / "scripts" / "upload_one.py"), str(d / "uploads"), "up", str(target)]
     else:
-        cmd = [sys.executable, "-m", "workbench", *argv, str(target)]
+        cmd = [sys.executable, "-m", "workbench", *argv, str(target), *case.args]
     out, err = d / "stdout.txt", d / "stderr.txt"
     start = time.monotonic()
     with out.open("wb") as o, err.open("wb") as e:
@@ -572,10 +610,12 @@ def observe(case: Case, d: Path) -> Observed:
     message = first
     if hung:
         problem = "hang"
-    elif "Traceback" in stderr or code not in (0, 2):
-        problem = "traceback"
     elif rss > MAX_RSS_MB:
         problem = f"nonsense: peak RSS {rss:.0f} MB over {MAX_RSS_MB} MB"
+    elif case.expect == "capture":
+        problem, message = _judge_capture(case, code, d, stderr)
+    elif "Traceback" in stderr or code not in (0, 2):
+        problem = "traceback"
     elif case.expect == "error":
         if code != 2:
             problem = "nonsense: exit 0 where an error was due"
@@ -585,6 +625,33 @@ def observe(case: Case, d: Path) -> Observed:
         problem, message = _judge_result(case, code, out.read_text(errors="backslashreplace"), stderr)
     message = message.replace(str(d), "DIR").encode("utf-8", "backslashreplace").decode()  # a name's lone surrogates
     return Observed(code, message, round(rss), round(seconds, 1), problem)
+
+
+def _judge_capture(case: Case, code: int, d: Path, stderr: str) -> tuple[str | None, str]:
+    """`workbench profile` of a hostile script: the script's exit code returned and recorded, no
+    traceback of the workbench's, the status and error true to how it ended (``says``), one row per
+    iteration of rank 0 (no rows of a forked child), nothing of the job left running."""
+    import psutil
+
+    if "Traceback" in stderr:
+        return "traceback", next((ln for ln in stderr.splitlines() if "Error" in ln), "")
+    if code != case.exit_code:
+        return f"nonsense: exit {code} where the script's {case.exit_code} was due", ""
+    try:
+        m = json.loads((d / "run" / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return "nonsense: no manifest", ""
+    said = f"status {m.get('status')}, exit {m.get('exit_code')}" + (f", error: {m['error']}" if m.get("error") else "")
+    if m.get("exit_code") != case.exit_code or m.get("status") != ("ok" if case.exit_code == 0 else "failed"):
+        return f"nonsense: manifest says {said}", said
+    if case.says and case.says not in said + json.dumps(m):
+        return f"nonsense: the manifest does not say {case.says!r}", said
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(d) in " ".join(p.info["cmdline"] or [])]
+    if left:
+        return f"nonsense: {len(left)} process(es) of the job left running", said
+    if case.check and (why := case.check({**m, "_dir": str(d / "run")})):
+        return f"nonsense: {why}", said
+    return None, said
 
 
 def _judge_result(case: Case, code: int, stdout: str, stderr: str) -> tuple[str | None, str]:

@@ -41,6 +41,8 @@ FIRING = {
     "pageable_memcpy": DATA / "gpu_pageable",
     "straggler_rank": TRACES / "fault_straggler",
     "pipeline_bubble": TRACES / "engine_pp_1f1b_m8",
+    "out_of_memory": TRACES / "failed_oom_backward",
+    "job_failed": TRACES / "failed_gloo_timeout",
     "low_mfu": TRACES / "gpu_slow_data",
     "fp32_matmul": TRACES / "gpu_memory_heavy",
     "unfused_elementwise": TRACES / "recompute_1p3b_b48_full",

@@ -147,10 +147,23 @@ def test_communication_inventory_and_overlap(monkeypatch):
     assert "No collectives" in texts(at)
 
 
+def test_memory_by_category_of_a_run_that_ran_out_of_memory(monkeypatch):
+    # the committed CPU run whose step 3 raised torch.OutOfMemoryError: the model states the capture
+    # measured, the rest from the failure's own figures, as --json's memory says
+    at = open_page(monkeypatch, "memory_page", "failed_oom_backward")
+    bar = next(s for s in specs(at) if s["layout"]["title"]["text"].startswith("Memory by category"))
+    assert [t["name"] for t in bar["data"]] == ["weights", "gradients", "optimizer", "activations", "other"]
+    assert bar["data"][0]["x"] == ["at the out-of-memory error"]
+    table = at.dataframe[0].value
+    assert table["category"].tolist() == ["weights", "gradients", "optimizer", "activations", "other"]
+    assert table["source"][0].startswith("measured at the first optimizer step")
+    assert table["GiB"][3] == pytest.approx(134.41, abs=0.01) and table["GiB"][4] == pytest.approx(3.59, abs=0.01)
+
+
 def test_memory_timeline_and_zero_what_if(monkeypatch):
     at = open_page(monkeypatch, "memory_page", "gpu_memory_heavy")
-    assert titles(at) == ["Memory over time", "ZeRO what-if: memory per GPU"]
-    table = at.dataframe[0].value
+    assert titles(at)[-2:] == ["Memory over time", "ZeRO what-if: memory per GPU"]
+    table = at.dataframe[-1].value
     assert set(table["stage"]) == {0, 1, 2, 3}
     # Ψ defaults to the run's own weights, counted from the trace: slow_data_ddp.py --dim 4096 is
     # Linear(d, 4d) + Linear(4d, 4d) + Linear(4d, 1) with biases = 20d² + 12d + 1 (not 1e9)

@@ -56,7 +56,7 @@ engine's H200 runs is ~4 %: less is noise)."""
 SCALE_UP = (2, 4, 8)
 """More GPUs, as multiples of the run's."""
 GOALS = ("memory", "speed")
-ADVISED = {"oom_risk": "memory", "low_mfu": "speed", "host_bound": "speed", "low_gpu_utilization": "speed",
+ADVISED = {"oom_risk": "memory", "out_of_memory": "memory", "low_mfu": "speed", "host_bound": "speed", "low_gpu_utilization": "speed",
            "exposed_communication": "speed", "pipeline_bubble": "speed"}
 """The findings a plan answers, and what its alternatives are for."""
 
@@ -333,8 +333,46 @@ def advise(result: Result, run, analysis=None) -> Result:
     case = run_case(run, result, analysis)
     if case is None:
         return result
-    found = {goal: [a.to_json() for a in alternatives(case, goal)] for goal in wanted}
-    return result.with_alternatives({d.id: found[ADVISED[d.id]] for d in result.diagnoses if d.id in ADVISED})
+    found = {goal: [a.to_json() for a in alternatives(case, goal)] for goal in wanted if goal != "memory" or
+             any(d.id != "out_of_memory" and ADVISED.get(d.id) == "memory" for d in result.diagnoses)}
+    out = {d.id: found[ADVISED[d.id]] for d in result.diagnoses if d.id in ADVISED and d.id != "out_of_memory"}
+    if result.finding("out_of_memory") is not None:
+        out["out_of_memory"] = [a.to_json() for a in failed_run_alternatives(case)]
+    result = result.with_alternatives(out)
+    if result.memory is not None:  # the planner's split of the run's own layout, beside the measured one
+        from dataclasses import replace as _replace
+
+        result = _replace(result, memory={**result.memory, "planned": planned_memory(case)})
+    return result
+
+
+def planned_memory(case: RunCase) -> dict:
+    """The planner's memory of the run's own layout by category (GiB, not anchored): what the app
+    draws beside the run's measured categories (workbench.analysis.memory_categories)."""
+    m = memory(case.model, case.layout, case.stack, case.global_batch, case.cluster.gpu.memory_bytes, FIT_FRACTION)
+    g = lambda b: round(b / 2**30, 3)  # noqa: E731
+    return {"layout": case.layout.key(), "weights": g(m.weights), "gradients": g(m.gradients), "optimizer": g(m.optimizer),
+            "activations": g(m.activations + m.loss), "other": g(m.buffers), "total": g(m.total), "fits": m.fits,
+            "source": "the planner on the run's model and layout (activations include the loss's tensors; other: DDP "
+                      "buckets, bf16 weight copies, gathered parameters)"}
+
+
+UNANCHORED = ("the planner on the model inferred from the run's traces, calibrated on its kernels where they were "
+              "recorded; not anchored on a measured step or peak: the run failed before a full step (its peak is the "
+              "failure's)")
+
+
+def failed_run_alternatives(case: RunCase, limit: int = 3) -> list[Alternative]:
+    """What fits where a run ran out of memory: the memory alternatives of the planner on the run's
+    model (:func:`alternatives`, goal ``memory``), unanchored — the failed run measured no full step,
+    and the memory it held when it failed is not its peak — keeping those that leave
+    :data:`SAFE_HEADROOM` free, fastest first."""
+    bare = replace(case, measured_step_ms=None, measured_peak_bytes=None, data_wait_ms=0.0)
+    alts = [a for a in alternatives(bare, "memory", limit=limit + 3) if not a.tight]
+    for a in alts:
+        a.basis = UNANCHORED
+    alts.sort(key=lambda a: (a.gpus != case.cluster.gpus, -a.speedup))
+    return alts[:limit]
 
 
 ALTERNATIVES = Extra("alternatives", lambda analysed: advise(analysed.result, analysed.path, analysed.analysis()))

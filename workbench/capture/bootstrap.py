@@ -37,11 +37,19 @@ def main() -> None:
     if len(sys.argv) < 2:
         print("usage: python -m workbench.capture.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
         sys.exit(2)
-    sys.stdout.flush()
+    _flush()
     code = run_script(sys.argv[1], sys.argv[2:])
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush()
     sys.exit(code)
+
+
+def _flush() -> None:
+    """Flush stdout and stderr, unless the script closed them (the exit code stays the script's)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ in the terminal reaches only ``workbench profile``, which decides what the job g
 - :data:`GRACE_S` after the first signal, every process of the job still alive gets SIGKILL:
   the child's process group, and each descendant seen while the job ran (with its own group,
   which holds its DataLoader workers).
-- A job that was signalled or failed leaves nothing behind: what is still alive after the child
-  exits gets SIGTERM, then SIGKILL when the grace period is over.
+- A job leaves nothing behind, however it ended: what is still alive after the child exits (a
+  process the script forked and never reaped, a rank's DataLoader workers after a failure) gets
+  SIGTERM, then SIGKILL when the grace period is over; :attr:`ChildJob.leftovers` lists them.
 
 Descendants are found with psutil (a scan of /proc every :data:`SCAN_S`), so a rank whose
 torchrun died first is still known by pid.
@@ -57,6 +58,8 @@ class ChildJob:
     def __init__(self, cmd: list[str], env: dict[str, str], *, grace_s: float | None = None) -> None:
         self.grace_s = grace_s if grace_s is not None else float(os.environ.get(GRACE_ENV) or GRACE_S)
         self.signum: int | None = None
+        self.leftovers: list[int] = []
+        """Processes of the job still alive after it ended, which were ended (pids)."""
         self._deadline: float | None = None
         self._known: dict[int, psutil.Process] = {}
         self._previous: dict[int, object] = {}
@@ -143,20 +146,31 @@ class ChildJob:
                 next_scan = now + SCAN_S
             if self._deadline is not None and now >= self._deadline:
                 self._signal_all(signal.SIGKILL)
-        if self.signum is not None or code != 0:
-            self._end_leftovers()
+        self._end_leftovers()
         return code
 
     def _end_leftovers(self) -> None:
-        # The group may outlive its leader (a rank's DataLoader workers); torchrun's ranks live in
-        # groups of their own and are only known from the scans.
-        if self._group_alive() or self.alive():
+        # The group may outlive its leader (a rank's DataLoader workers, a process the script
+        # forked); torchrun's ranks live in groups of their own and are only known from the scans.
+        left = sorted({p.pid for p in self.alive()} | set(self._group_pids()))
+        if left:
+            self.leftovers = left
             if self._deadline is None:
                 self._deadline = time.monotonic() + self.grace_s
                 self._signal_all(signal.SIGTERM)
             while (self._group_alive() or self.alive()) and time.monotonic() < self._deadline:
                 time.sleep(_POLL_S)
             self._signal_all(signal.SIGKILL)
+
+    def _group_pids(self) -> list[int]:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) == self.pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p.pid)
+            except (psutil.Error, ProcessLookupError):
+                continue
+        return out
 
     def _group_alive(self) -> bool:
         for p in psutil.process_iter():

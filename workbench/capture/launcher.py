@@ -123,7 +123,7 @@ def single_rank_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, signum: int | None = None,
-                    job_ended: bool = True) -> dict[str, Any]:
+                    job_ended: bool = True, leftovers: list[int] | None = None) -> dict[str, Any]:
     """Fold the ranks' env/status files into the manifest and record how the run ended.
 
     ``signum``: the signal that ended ``workbench profile`` (the run is then ``interrupted``).
@@ -141,8 +141,11 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
     died = _ranks_died(run_dir) if job_ended else []
     by_rank = [ranks[k] for k in sorted(ranks, key=int)]
     signals = [r["signal"] for r in by_rank if r.get("signal")]
-    sig = signal.Signals(signum).name if signum else (signals[0] if signals and not died else None)
-    if sig or (exit_code == 130 and not died):
+    # A rank that failed on its own (not "interrupted by SIGTERM": torchrun stops the others when one
+    # fails) makes the run failed, whatever signal the others got; a signal the user sent wins.
+    own_failure = any(r.get("error") and not str(r["error"]).startswith("interrupted by") for r in by_rank)
+    sig = signal.Signals(signum).name if signum else (signals[0] if signals and not died and not own_failure else None)
+    if sig or (exit_code == 130 and not died and not own_failure):
         status = contract.STATUS_INTERRUPTED
     else:
         status = contract.STATUS_OK if exit_code == 0 and not died else contract.STATUS_FAILED
@@ -174,6 +177,9 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
         errors.insert(0, f"rank {died[0]} {DIED_WITHOUT_REPORTING}")
     if errors:
         manifest["error"] = errors[0]
+    if leftovers:
+        # processes the script left running (forked and never reaped): ended with the job
+        manifest["leftovers_ended"] = leftovers
     write_manifest(run_dir, manifest)
     return manifest
 
@@ -215,7 +221,8 @@ def _rank_exit_code(run_dir: Path, fallback: int) -> int:
 def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path | None = None,
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
             command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
-            stop_after_profile: bool = False, profile_memory: bool | None = None) -> tuple[int, Path]:
+            stop_after_profile: bool = False, profile_memory: bool | None = None,
+            memory_history: int = 0) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
 
     ``nproc``: None runs one process as ``python SCRIPT`` would; N ranks as ``torchrun
@@ -225,7 +232,8 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
     ``workbench profile`` line); ``workbench train`` passes its own. ``steps_from`` says what
     marks a step (:mod:`workbench.capture.steps`); ``profile_memory`` records the profiler's
     per-event memory records (the memory timeline; off by default: the allocator's peaks are in
-    every step row); ``max_steps`` / ``stop_after_profile`` end the
+    every step row); ``memory_history``: entries of the CUDA allocator's history to record (0: off;
+    workbench.capture.memory); ``max_steps`` / ``stop_after_profile`` end the
     script cleanly after that many steps / after the last profiled step.
     """
     steps_from = parse_steps_from(steps_from)
@@ -244,6 +252,8 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
                WORKBENCH_STOP_AFTER_PROFILE="1" if stop_after_profile else "")
     if profile_memory is not None:  # else the environment's WORKBENCH_PROFILE_MEMORY, or the default (off)
         env["WORKBENCH_PROFILE_MEMORY"] = "1" if profile_memory else "0"
+    if memory_history:
+        env["WORKBENCH_MEMORY_HISTORY"] = str(int(memory_history))
     command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc else []), script, *args]
 
     if already_a_rank():
@@ -282,7 +292,10 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
             code = _rank_exit_code(run_dir, code)
         if job.signum:
             code = 128 + job.signum
-        finish_manifest(run_dir, manifest, code, signum=job.signum)
+        if job.leftovers and code == 0:
+            print(f"workbench: the script left {len(job.leftovers)} process(es) running after it ended "
+                  f"(pid {', '.join(map(str, job.leftovers))}): ended them", file=sys.stderr, flush=True)
+        finish_manifest(run_dir, manifest, code, signum=job.signum, leftovers=job.leftovers)
     return code, run_dir
 
 

@@ -19,6 +19,7 @@ import time
 import traceback
 
 from workbench.capture import children
+from workbench.capture.memory import MAX_ERROR_CHARS, describe_exit, say
 
 # The handler each signal has when nobody installed one: only then is ours put in its place.
 _DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
@@ -74,7 +75,7 @@ def run_captured(session, target, *, reraise: bool = False) -> int:
     ended in ``status_rank{r}.json``; returns the exit code. The script's own failure is printed as
     Python would print it, or, with ``reraise`` (a spawned rank: torch's spawn reports it to the
     parent), raised again once the status is written."""
-    code, error, stopped, raised = 0, None, None, None
+    code, error, stopped, raised, failure = 0, None, None, None, {}
     guard = _SignalGuard().install()
     try:
         target()
@@ -82,33 +83,67 @@ def run_captured(session, target, *, reraise: bool = False) -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         stopped = getattr(e, "reason", None)
         if e.code is not None and not isinstance(e.code, int):
-            print(e.code, file=sys.stderr)
+            say(str(e.code))
+        if code and stopped is None:  # say where the script chose to exit (a callback's sys.exit is easy to miss)
+            failure = {"error_type": "SystemExit", "where": where(e)}
+            error = f"the script called sys.exit({e.code!r}) at {failure['where']}"
     except Interrupted as e:
         code, error = 128 + e.signum, f"interrupted by {signal.Signals(e.signum).name}"
         if not session.handed_over:  # else the spawned ranks say it
-            print(f"workbench: rank {session.rank}: {error}; saving what was captured", file=sys.stderr, flush=True)
+            say(f"workbench: rank {session.rank}: {error}; saving what was captured")
     except KeyboardInterrupt:
         code, error = 130, "KeyboardInterrupt"
-        traceback.print_exc()
+        _print_exc()
     except BaseException as e:  # the script's own failure
-        code, error = 1, f"{type(e).__name__}: {e}"
+        code, error = 1, f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+        d = describe_exit(e)
+        failure = {"error_type": d["type"], "phase": d["phase"], "where": where(e), "profiler_phase": _phase(session)}
         if reraise:
             raised = e
         else:
-            traceback.print_exc()
+            _print_exc()
             hint = torchrun_hint(e)
             if hint:
-                print(f"workbench: {hint}", file=sys.stderr, flush=True)
+                say(f"workbench: {hint}")
     finally:
         guard.saving()
+        if getattr(session, "forked", False):  # a child the script forked: rank r's capture is the parent's
+            guard.restore()
+            return code
         children.remove()
         session.stop(say_no_step=code == 0)
         if not session.handed_over:  # else the spawned ranks report
-            _write_status(session, code, error, guard, stopped)
+            _write_status(session, code, error, guard, stopped, failure)
         guard.restore()
     if raised is not None:
         raise raised
     return code
+
+
+def _print_exc() -> None:
+    """The script's traceback, as Python prints it; nothing when the script closed stderr."""
+    try:
+        traceback.print_exc()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _phase(session) -> str | None:
+    try:
+        return session._phase()
+    except Exception:
+        return None
+
+
+def where(e: BaseException) -> str | None:
+    """The innermost frame of ``e``'s traceback: ``file.py:LINE in function``."""
+    tb = e.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name}"
 
 
 class SpawnedRank:
@@ -150,7 +185,8 @@ def torchrun_hint(e: BaseException) -> str | None:
             f"`workbench profile --nproc-per-node N SCRIPT …` (N = 1 for one rank)")
 
 
-def _write_status(session, code: int, error: str | None, guard: _SignalGuard, stopped: str | None) -> None:
+def _write_status(session, code: int, error: str | None, guard: _SignalGuard, stopped: str | None,
+                  failure: dict | None = None) -> None:
     status = {
         "rank": session.rank,
         "exit_code": code,
@@ -164,7 +200,14 @@ def _write_status(session, code: int, error: str | None, guard: _SignalGuard, st
         "write_error": getattr(session, "write_error", None),
         "capture_options": session.options(),
         "end_unix_s": time.time(),
+        **(failure or {}),
     }
+    if getattr(session, "steps_from_switched", None):
+        status["steps_from_switched"] = session.steps_from_switched
+    if getattr(session, "trace_steps_from", None) and session.trace_steps_from != status["steps_from"]:
+        status["trace_steps_from"] = session.trace_steps_from
+    if getattr(session, "profiler_yielded", None):
+        status["profiler_yielded"] = session.profiler_yielded
     path = session.out / f"status_rank{session.rank}.json"
     tmp = path.with_suffix(".json.tmp")
     try:
@@ -172,4 +215,4 @@ def _write_status(session, code: int, error: str | None, guard: _SignalGuard, st
         os.replace(tmp, path)  # a status file is whole or absent: absent means the rank died
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        print(f"workbench: rank {session.rank}: could not write {path.name} ({e.strerror or e})", file=sys.stderr)
+        say(f"workbench: rank {session.rank}: could not write {path.name} ({e.strerror or e})")

@@ -30,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from workbench.format import contract
 from workbench.capture.sampler import Sampler, open_nvml
 from workbench.capture.device_clock import DeviceStepClock
+from workbench.capture.memory import MemoryRecorder, say
 from workbench.capture.steps import StepSource, make_source
 
 _ACTIVE: "CaptureSession | None" = None
@@ -89,12 +90,17 @@ class CaptureConfig:
     """End the script (StopRun) after this many steps."""
     stop_after_profile: bool = False
     """End the script (StopRun) once the profiled window's trace is written."""
+    memory_history: int = 0
+    """Record the CUDA allocator's history, at most this many entries (0: off; CUDA only), written to
+    memory_snapshot_rank{r}.pickle at an out-of-memory error and at the end (capture.memory)."""
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1:
             raise ValueError(f"schedule must be WAIT>=0,WARMUP>=0,ACTIVE>=1, got {self.wait},{self.warmup},{self.active}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.memory_history < 0:
+            raise ValueError(f"memory_history must be >= 0, got {self.memory_history}")
 
     @classmethod
     def from_env(cls) -> "CaptureConfig":
@@ -114,7 +120,8 @@ class CaptureConfig:
                    profiler=flag("WORKBENCH_CAPTURE_PROFILER", True), sampler=flag("WORKBENCH_CAPTURE_SAMPLER", True),
                    activities=env.get("WORKBENCH_ACTIVITIES") or _DEFAULTS["activities"],
                    fwd_bwd=flag("WORKBENCH_FWD_BWD", _DEFAULTS["fwd_bwd"]),
-                   trace_only=flag("WORKBENCH_TRACE_ONLY", _DEFAULTS["trace_only"]))
+                   trace_only=flag("WORKBENCH_TRACE_ONLY", _DEFAULTS["trace_only"]),
+                   memory_history=int(env.get("WORKBENCH_MEMORY_HISTORY") or 0))
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(CaptureConfig)}
@@ -168,6 +175,18 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def _forked_child() -> None:
+    """In a process the script forked (``os.fork()``): the capture belongs to the parent. The child
+    writes no row, no status and no trace of rank r's, and touches neither the profiler nor the
+    sampler (their threads did not survive the fork)."""
+    if _ACTIVE is not None:
+        _ACTIVE.forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
+
+
 class CaptureSession:
     """Profiles this process from :meth:`start` to :meth:`stop`; one instance per rank."""
 
@@ -182,6 +201,16 @@ class CaptureSession:
         self.local_rank = env_local if local_rank is None else local_rank
         self.handed_over = False
         """This process only started the ranks (torch.multiprocessing.spawn): they capture themselves."""
+        self.forked = False
+        """This process is a child the script forked from the rank: it captures nothing."""
+        self.profiler_yielded: str | None = None
+        """Why our profiler stood down (the script started its own), or None."""
+        self.steps_from_switched: list[dict] = []
+        """Where auto's time windows gave way to iterations ({step, from, to})."""
+        self.trace_steps_from: str | None = None
+        """What marked the steps of the trace written last (auto may have begun with time windows)."""
+        self._memory: MemoryRecorder | None = None
+        self._own_profiler_patch: list = []
         self._info: dict[str, Any] = {}
         self._group_seen = False
         self.out = Path(config.out_dir)
@@ -218,7 +247,7 @@ class CaptureSession:
         c = self.config
         return {"profiler": c.profiler, "activities": c.activities, "record_shapes": c.record_shapes,
                 "profile_memory": c.profile_memory, "with_stack": c.with_stack, "fwd_bwd": c.fwd_bwd,
-                "trace_only": c.trace_only, "sampler": c.sampler}
+                "trace_only": c.trace_only, "sampler": c.sampler, "memory_history": c.memory_history}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "CaptureSession":
@@ -237,9 +266,13 @@ class CaptureSession:
             backend = open_nvml(self.local_rank) if torch.cuda.is_available() else None
             self._sampler = Sampler(self.out / contract.nvml_name(self.rank), backend, self.config.sample_interval_s).start()
         self._patch_dataloader()
+        self._memory = MemoryRecorder(self.out, self.rank, c.memory_history, say=lambda t: say(f"workbench: rank {self.rank}: {t}"))
+        self._memory.step = lambda: self.step
+        self._memory.start()
         if c.profiler:
             self._prof = _profiler(c, self._trace_ready)
             self._prof.start()
+            self._watch_scripts_profiler()
         self._source = make_source(c.steps_from, self._end_step, self._resolved,
                                    time_fallback=not (self.world_size > 1 and stopping), rank=self.rank)
         self._source.install()
@@ -257,8 +290,7 @@ class CaptureSession:
                 (self.out / name).unlink(missing_ok=True)
             except OSError:
                 pass
-        print(f"workbench: the script spawns {nprocs} process(es) with torch.multiprocessing: each is captured "
-              f"as a rank", file=sys.stderr, flush=True)
+        say(f"workbench: the script spawns {nprocs} process(es) with torch.multiprocessing: each is captured as a rank")
 
     def stop(self, *, say_no_step: bool = True) -> None:
         """Stop everything; a profiler stopped mid-cycle still writes what it recorded (not once the
@@ -266,17 +298,24 @@ class CaptureSession:
         ``say_no_step``: say why no step was recorded, if none was (not after the script failed:
         its own error says why)."""
         global _ACTIVE
+        if self.forked:  # a child the script forked: the parent's capture, not ours to end
+            _ACTIVE = None
+            return
         if self._source is not None:
             source, self._source = self._source, None
             source.remove()
             if self.step == 0 and self.rank == 0 and not self.handed_over and say_no_step:
-                print(f"workbench: no step recorded: {source.why_no_step()}", file=sys.stderr, flush=True)
+                say(f"workbench: no step recorded: {source.why_no_step()}")
+        self._unwatch_scripts_profiler()
         if self._prof is not None:
             prof, self._prof = self._prof, None
             try:
                 prof.stop()
             except Exception as e:  # never hide the script's own error behind ours
-                print(f"workbench: rank {self.rank}: could not finish the trace: {e}", flush=True)
+                say(f"workbench: rank {self.rank}: could not finish the trace: {e}")
+        if self._memory is not None:
+            memory, self._memory = self._memory, None
+            memory.stop()
         self._unpatch_dataloader()
         if self._sampler is not None:
             self._sampler.stop()
@@ -292,11 +331,70 @@ class CaptureSession:
 
     # ---- hooks -------------------------------------------------------------------------------
     def _resolved(self, spec: str) -> None:
+        old = self.steps_from
+        if old is not None and spec != old:
+            self.steps_from_switched.append({"step": self.step, "from": old, "to": spec})
         self.steps_from = spec
+        if old is not None and old.startswith("time:") and spec != old:
+            self.restart_profiler()
+
+    def restart_profiler(self) -> None:
+        """Start the profiler's schedule again from the next step (auto's time windows gave way to
+        iterations: the recorded window is to hold iterations). A trace already written by the time
+        windows stays until the new window replaces it."""
+        if self._prof is None or self.profiler_yielded:
+            return
+        prof, self._prof = self._prof, None
+        try:  # a window of time windows in progress is written (incomplete) until the new one replaces it
+            prof.stop()
+        except Exception as e:
+            say(f"workbench: rank {self.rank}: could not stop the time-window trace: {e}")
+        self._prof = _profiler(self.config, self._trace_ready, first=self.step)
+        self._prof.start()
+
+    # ---- the script's own profiler -----------------------------------------------------------
+    def _watch_scripts_profiler(self) -> None:
+        """Two torch profilers cannot run in one process (Kineto has one session: a script's own
+        ``torch.profiler.profile`` beside ours crashed the rank with SIGSEGV). When the script starts
+        its own, ours stands down first: the trace is the script's, the step rows, samples and
+        memory records are still ours."""
+        from torch.autograd import profiler as autograd_profiler
+        from torch.profiler import profiler as torch_profiler
+
+        session = self
+        for cls, name in ((torch_profiler.profile, "start"), (torch_profiler._KinetoProfile, "start"),
+                          (autograd_profiler.profile, "__enter__")):
+            if name not in cls.__dict__:
+                continue
+            orig = cls.__dict__[name]
+
+            def wrapped(prof, *a, _orig=orig, **kw):
+                if session._prof is not None and prof is not session._prof:
+                    session._yield_profiler()
+                return _orig(prof, *a, **kw)
+
+            setattr(cls, name, wrapped)
+            self._own_profiler_patch.append((cls, name, orig))
+
+    def _unwatch_scripts_profiler(self) -> None:
+        for cls, name, orig in reversed(self._own_profiler_patch):
+            setattr(cls, name, orig)
+        self._own_profiler_patch = []
+
+    def _yield_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        self.profiler_yielded = "the script started its own torch.profiler; two cannot run at once"
+        if self.rank == 0:
+            say("workbench: the script runs its own torch.profiler: the workbench's profiler stands down (two cannot "
+                "run in one process); step rows, samples and memory are still recorded")
+        try:
+            prof.stop()
+        except Exception as e:
+            say(f"workbench: rank {self.rank}: could not finish the trace: {e}")
 
     def _end_step(self) -> None:
         # A time tick during a step (the trace export can take a second) is dropped, not nested.
-        if self._in_step or self._source is None:
+        if self._in_step or self._source is None or self.forked:
             return
         self._in_step = True
         try:
@@ -409,7 +507,7 @@ class CaptureSession:
         msg = f"could not write {what} in {self.out} ({e.strerror or e}); the training goes on without it"
         if self.write_error is None:
             self.write_error = msg
-        print(f"workbench: rank {self.rank}: {msg}", file=sys.stderr, flush=True)
+        say(f"workbench: rank {self.rank}: {msg}")
 
     def _patch_dataloader(self) -> None:
         from torch.utils.data import dataloader
@@ -437,9 +535,11 @@ class CaptureSession:
 
     def _trace_ready(self, prof: profile) -> None:
         # Called at the end of the active window, or by stop() mid-window (a partial cycle).
-        if self.handed_over:
+        if self.handed_over or self.forked:
             return
-        self.trace_complete = prof.step_num >= self.config.wait + self.config.warmup + self.config.active
+        c = self.config
+        start = getattr(prof, "_workbench_first_step", 0)
+        self.trace_complete = prof.step_num >= start + c.wait + c.warmup + c.active
         final = self.out / contract.trace_name(self.rank)
         tmp_json = self.out / f".rank{self.rank}.tmp.json"
         tmp_gz = final.with_suffix(".gz.tmp")
@@ -458,13 +558,16 @@ class CaptureSession:
             self._write_failed(final.name, e)
             return
         self.trace_written = True
+        self.trace_steps_from = self.steps_from
 
 
-def _profiler(c: CaptureConfig, on_trace_ready) -> profile:
+def _profiler(c: CaptureConfig, on_trace_ready, first: int = 0) -> profile:
     """torch.profiler as ``c`` asks. Process-wide switches are set here too: forward-backward
     flow events (``fwd_bwd``: arrows linking forward ops to their backward, which analysis never
     reads) follow ``c.fwd_bwd``; ``trace_only`` (torch ≥ 2.12) skips building Python event
-    objects at the window's end, which only ``export_chrome_trace`` needs not."""
+    objects at the window's end, which only ``export_chrome_trace`` needs not. ``first``: the
+    step the schedule starts at (steps before it are skipped; ProfilerStep#N still numbers the
+    steps as the steps CSV does)."""
     cuda = torch.cuda.is_available()
     activities = ([ProfilerActivity.CPU] if c.activities != "cuda" or not cuda else []) + ([ProfilerActivity.CUDA] if cuda else [])
     if hasattr(torch._C._profiler, "_set_fwd_bwd_enabled_val"):
@@ -475,9 +578,15 @@ def _profiler(c: CaptureConfig, on_trace_ready) -> profile:
             kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(trace_only=True)
         except TypeError:  # an older torch: events are built, as before
             pass
-    return profile(activities=activities, schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
+    prof = profile(activities=activities,
+                   schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1, skip_first=first),
                    on_trace_ready=on_trace_ready, record_shapes=c.record_shapes, profile_memory=c.profile_memory,
                    with_stack=c.with_stack, **kwargs)
+    if first:
+        prof.step_num = first
+        prof.current_action = prof.schedule(first)
+    prof._workbench_first_step = first
+    return prof
 
 
 def _copy_naming_trace(src, dst, tmp_path: str, name: str) -> None:
@@ -503,6 +612,8 @@ def record_metrics(**values: Any) -> None:
     Tensors are read with ``.item()``, a host sync: call it where the value is needed anyway.
     """
     if _ACTIVE is None:
+        return
+    if _ACTIVE.forked:
         return
     for k, v in values.items():
         if hasattr(v, "item"):

@@ -13,8 +13,10 @@ step, e.g. ``"optimizer"``, ``"backward"``, ``"annotation:train_step"``, ``"time
 - ``time:SEC``: a step every SEC seconds, from SIGALRM, whose Python handler runs on the main thread.
 - ``auto``: optimizer steps when the script calls ``optimizer.step()``; backward after
   :data:`AUTO_BACKWARD_LIMIT` backward calls without one; time windows of
-  :data:`AUTO_TIME_WINDOW_S` when neither appears within :data:`AUTO_TIME_AFTER_S`. Once decided,
-  it stays.
+  :data:`AUTO_TIME_WINDOW_S` when neither appears within :data:`AUTO_TIME_AFTER_S`. Optimizer or
+  backward, once decided, stays; time windows give way to iterations as soon as they appear (an
+  optimizer step, or :data:`AUTO_BACKWARD_LIMIT` backward calls without one), and the session
+  restarts the profiler's schedule on them, so the recorded window holds iterations.
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ AUTO_BACKWARD_LIMIT = 64
 accumulation makes several backward calls per optimizer step: nanoGPT's single-GPU default is 40
 (``gradient_accumulation_steps = 5 * 8``), so 64 leaves room above it; the cost is that a loop
 without torch.optim starts its steps 64 iterations later (they form step 0, which wait skips)."""
-AUTO_TIME_AFTER_S = float(os.environ.get("WORKBENCH_AUTO_TIME_AFTER_S", "120"))
+AUTO_TIME_AFTER_S_DEFAULT = 1800.0
+AUTO_TIME_AFTER_S = float(os.environ.get("WORKBENCH_AUTO_TIME_AFTER_S") or AUTO_TIME_AFTER_S_DEFAULT)
 """Seconds from the script's start with neither a backward nor an optimizer step before auto falls
-back to time windows. Loading a large model or compiling can delay the first backward by a minute
-or more, and a wrong fallback would spoil the profile of a training script, so the wait is long;
-the environment variable exists for tests. Loops without backward are rare (inference benchmarks):
-they can pass ``--steps-from time:SEC`` or ``annotation:NAME`` and start at once."""
+back to time windows: 30 minutes. Loading a large model, compiling (a compiled first step of
+several minutes is normal: one took 122 s) or filling a data pipeline delays the first step, and
+windows taken for steps spoil the run's figures (a 1 s window held about five iterations of one
+compiled job), so the wait is long; iterations that appear later still replace the windows. The
+environment variable ``WORKBENCH_AUTO_TIME_AFTER_S`` overrides it (tests make it small). Loops
+without backward are rare (inference benchmarks): they can pass ``--steps-from time:SEC`` or
+``annotation:NAME`` and start at once."""
 AUTO_TIME_WINDOW_S = 1.0
 """The time window auto falls back to: the default schedule 1,1,3 then traces 3 s, a few to tens
 of MB of trace for a busy process (docs/measured.md: ~1 MB per small CPU step)."""
@@ -289,6 +295,7 @@ class AutoSteps(StepSource):
         self.time = TimeSteps(AUTO_TIME_WINDOW_S, on_step, lambda spec: None)
         self._time_armed = False
         self._time_fallback = time_fallback
+        self._backward_at_fallback = 0
 
     def install(self) -> "AutoSteps":
         self.optimizer.install()
@@ -306,25 +313,34 @@ class AutoSteps(StepSource):
             self.time.release_sigalrm()
 
     def _choose(self, source: StepSource, why: str | None) -> None:
+        was_time = self.chosen is self.time
         self.chosen = source
-        for other in (self.optimizer, self.backward):
-            if other is not source:
-                other.remove()
-        if source is not self.time:
+        if source is not self.time:  # time windows keep listening: iterations replace them
+            for other in (self.optimizer, self.backward):
+                if other is not source:
+                    other.remove()
+            if was_time:
+                self.time.release_sigalrm()
             self._disarm_time()
         if why and self.rank == 0:
-            print(f"workbench: steps from {source.spec}: {why} (--steps-from picks another source)", file=sys.stderr, flush=True)
+            _say(f"workbench: steps from {source.spec}: {why} (--steps-from picks another source)")
         self.on_resolved(source.spec)
 
     def _optimizer_step(self) -> None:
         if self.chosen is None:
             self._choose(self.optimizer, None)
+        elif self.chosen is self.time:
+            self._choose(self.optimizer, "the first optimizer step came after the time windows began; steps are "
+                                         "iterations from here")
         if self.chosen is self.optimizer:
             self.on_step()
 
     def _backward_call(self) -> None:
         if self.chosen is None and self.backward.calls >= AUTO_BACKWARD_LIMIT:
             self._choose(self.backward, f"{AUTO_BACKWARD_LIMIT} backward calls and no optimizer step")
+        elif self.chosen is self.time and self.backward.calls - self._backward_at_fallback >= AUTO_BACKWARD_LIMIT:
+            self._choose(self.backward, f"{AUTO_BACKWARD_LIMIT} backward calls after the time windows began and no "
+                                        "optimizer step; steps are backward calls from here")
         if self.chosen is self.backward:
             self.on_step()
 
@@ -338,10 +354,13 @@ class AutoSteps(StepSource):
         if not self._time_fallback:
             self._disarm_time()
             if self.rank == 0:
-                print(f"workbench: no optimizer step or backward in {AUTO_TIME_AFTER_S:g} s, and time windows cannot "
-                      "stop several ranks at the same iteration: pass --steps-from annotation:NAME", file=sys.stderr, flush=True)
+                _say(f"workbench: no optimizer step or backward in {AUTO_TIME_AFTER_S:g} s, and time windows cannot "
+                     "stop several ranks at the same iteration: pass --steps-from annotation:NAME")
             return
-        self._choose(self.time, f"no optimizer step or backward in {AUTO_TIME_AFTER_S:g} s")
+        self._backward_at_fallback = self.backward.calls
+        self._choose(self.time, f"no optimizer step or backward in {AUTO_TIME_AFTER_S:g} s "
+                                f"(WORKBENCH_AUTO_TIME_AFTER_S); until iterations appear, steps are {AUTO_TIME_WINDOW_S:g} s time "
+                                "windows, not iterations")
         del self.time.on_script_takes_sigalrm  # from now on the windows need SIGALRM: refuse the script's
         self.time.start_ticking()
         self.on_step()  # the wait so far is step 0
@@ -356,6 +375,14 @@ class AutoSteps(StepSource):
             return self.chosen.why_no_step()
         return (f"auto saw {self.backward.calls} backward call(s) and no optimizer step before the script ended "
                 f"(it takes backward after {AUTO_BACKWARD_LIMIT}); pass --steps-from backward")
+
+
+def _say(text: str) -> None:
+    """One line on stderr; nothing when the script closed stderr."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def in_import(frame) -> bool:

@@ -80,8 +80,10 @@ def print_analysis(result, con=None) -> None:
     categories = list(summary.breakdown_pct)
     con.print(f"[bold]{run.name}[/]: {run.world_size} rank(s), {run.device or 'unknown device'}, "
               f"{summary.steps} profiled step(s)")
+    from rich.markup import escape  # an error text from a run ("[/__w/pytorch/…]") is not markup
+
     for w in run.warnings:
-        con.print(f"[yellow]warning:[/] {w}")
+        con.print(f"[yellow]warning:[/] {escape(w)}")
     covered = summary.steps_covered
     title = "mean per step (ms)" + (f" — {covered}" if covered and covered.startswith("the job") else ", profiled steps")
     t = Table(title=title, title_justify="left")
@@ -92,7 +94,8 @@ def print_analysis(result, con=None) -> None:
     for row in summary.per_rank:
         t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
                   *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
-    con.print(t)
+    if summary.per_rank:  # a run that failed before its trace has no recorded step to break down
+        con.print(t)
     if summary.note:  # the recorded steps were not the job's
         con.print(f"[cyan]note:[/] {summary.note}")
     from workbench.format.overhead import describe
@@ -105,8 +108,8 @@ def print_analysis(result, con=None) -> None:
                   f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
                   f"the loop); step times above are the GPU's")
     for d in r.diagnoses:
-        con.print(f"[{COLOURS[d.severity]}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {d.title}")
-        con.print(f"         fix: {d.recommendation}")
+        con.print(f"[{COLOURS[d.severity]}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {escape(d.title)}")
+        con.print(f"         fix: {escape(d.recommendation)}")
         gain = d.estimated_gain
         if gain.get("speedup_max"):
             con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
@@ -117,9 +120,10 @@ def print_analysis(result, con=None) -> None:
         if d.alternatives == ():
             con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
                       "or nothing beats the run by 3 %)")
+    _print_memory(r.memory, con)
     _print_model(r.model, r.metrics, con)
     _print_efficiency(r.efficiency, con)
-    con.print(f"[bold]verdict:[/] {r.verdict}")
+    con.print(f"[bold]verdict:[/] {escape(r.verdict)}")
 
 
 def _print_model(model, metrics, con) -> None:
@@ -151,6 +155,34 @@ def _print_model(model, metrics, con) -> None:
 
 
 ALTERNATIVES_SHOWN = 2
+
+
+def _size(b: float) -> str:
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 / 10 else f"{b / 2**20:.1f} MiB" if b >= 2**20 / 10 else f"{b / 2**10:.1f} KiB"
+
+
+def memory_line(memory: dict | None) -> str | None:
+    """One line: the run's memory by category (analysis.memory_categories) and what it splits."""
+    if not memory or not memory.get("by_category"):
+        return None
+    cats = memory["by_category"]
+    parts = [f"{k} {_size(v['bytes'])}" for k, v in cats.items() if v.get("bytes") is not None]
+    missing = [k for k, v in cats.items() if v.get("bytes") is None]
+    peak = memory.get("peak_reserved_gib")
+    at = "at the out-of-memory error" if memory.get("at") == "out of memory" else "at the peak"
+    measured = "measured" if str(cats.get("weights", {}).get("source", "")).startswith("measured") else "inferred"
+    where = f"rank {memory.get('rank')}, {at}" + (f", {peak:.2f} GiB reserved" if peak is not None else "")
+    tail = f"model states {measured}" + (f"; not measured on CPU: {', '.join(missing)}" if missing else "")
+    return f"{' · '.join(parts)} ({where}; {tail})"
+
+
+def _print_memory(memory, con) -> None:
+    from rich.markup import escape
+
+    if line := memory_line(memory):
+        con.print(f"[bold]memory:[/] {escape(line)}")
+        if memory.get("note"):
+            con.print(f"[cyan]note:[/] {escape(memory['note'])}")
 
 
 def _print_efficiency(eff, con, top: int = 6) -> None:

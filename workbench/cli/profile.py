@@ -40,9 +40,23 @@ def _arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--profile-memory", action="store_true",
                     help="record the profiler's memory events (the memory timeline inside a step); off by default: "
                          "they slow host-sensitive recorded steps, and the allocator's peaks are in every step row")
+    pr.add_argument("--memory-history", type=_entries, default=0, metavar="N",
+                    help="record the CUDA allocator's history (at most N entries, Python stacks) and write "
+                         "memory_snapshot_rank{r}.pickle at an out-of-memory error and at the end, for PyTorch's "
+                         "memory viewer (pytorch.org/memory_viz); CUDA only")
     pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
     pr.add_argument("script", help="the training script")
     pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
+def _entries(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of entries, got {v!r}")
+    return n
 
 
 @command("profile", help="run a training script under the profiler (1..N ranks)",
@@ -55,5 +69,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out,
                             schedule=parse_schedule(args.schedule), steps_from=args.steps_from, max_steps=args.max_steps,
-                            stop_after_profile=args.stop_after_profile, profile_memory=args.profile_memory or None)
+                            stop_after_profile=args.stop_after_profile, profile_memory=args.profile_memory or None,
+                            memory_history=args.memory_history)
     return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)

@@ -27,7 +27,7 @@ READS = unique(f for r in registered() for f in r.reads)
 def diagnose(breakdown=None, run_config: dict | None = None, context: Context | None = None) -> list[Diagnosis]:
     """Run every registered rule on ``context`` (built by ``workbench.pipeline.verdict.analyze_run``),
     or on a Context of ``breakdown`` and ``run_config`` alone; most severe first, then by estimated
-    step-time saved (ties keep the rules' order).
+    step-time saved (ties keep the rules' order); the findings that the job ended first.
 
     Every rule runs on every Context and finds nothing where its inputs are absent: on a breakdown
     alone (no ranks' frames, no steps CSVs, no capacity) only the rules of the breakdown can fire
@@ -39,5 +39,7 @@ def diagnose(breakdown=None, run_config: dict | None = None, context: Context | 
         with ctx.reading(r.fn):
             found.append(r.fn(ctx))
     found = [d for d in found if d is not None]
-    found.sort(key=lambda d: (-d.rank_order, -float(d.estimated_gain.get("step_time_saved_pct") or 0)))
+    # a finding that the job ended (group "failure") comes first, whatever else was found
+    failure = {r.id for r in registered() if r.group == "failure"}
+    found.sort(key=lambda d: (d.id not in failure, -d.rank_order, -float(d.estimated_gain.get("step_time_saved_pct") or 0)))
     return found

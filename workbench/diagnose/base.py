@@ -81,6 +81,10 @@ class Context:
     world_size: int = 1
     trace_wait_ms: dict = field(default_factory=dict)
     """rank → the recorded steps' mean dataloader + host + idle ms (before the job correction)."""
+    failure: dict | None = None
+    """How the job failed (workbench.analysis.failure.run_failure), or None: it did not."""
+    memory_by_category: dict | None = None
+    """The run's memory by category (workbench.analysis.memory_categories.run_categories), or None."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)

@@ -25,6 +25,7 @@ from workbench.analysis.frames import Frame
 from workbench.diagnose.base import Context, Diagnosis, reads as declare_reads
 
 GROUPS = {
+    "failure": "the job ended with an error: out of memory, a collective timeout, a crash",
     "input": "the device waits on the input pipeline",
     "distributed": "ranks wait on communication or on each other",
     "memory": "device memory against its capacity",

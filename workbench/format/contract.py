@@ -8,6 +8,12 @@ A run directory ``traces/<run>/`` holds::
     nvml_rank{r}.csv            timestamped device samples (NVML, or the CPU fallback)
     steps_rank{r}.csv           one row per optimizer step, written as the step ends
     env_rank{r}.json            what rank r saw at start (host, device, versions)
+    status_rank{r}.json         how rank r ended (exit code, error, the failure's type, phase and step)
+    memory_rank{r}.json         what rank r's memory held: parameters, gradients and optimizer state
+                                at the first optimizer step, the allocator at a CUDA out-of-memory
+                                error (workbench.capture.memory); newer runs only
+    memory_snapshot_rank{r}.pickle  the CUDA allocator's history (``--memory-history N``), for
+                                PyTorch's memory viewer
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -26,6 +32,9 @@ TRACE = "rank{rank}.pt.trace.json.gz"
 NVML = "nvml_rank{rank}.csv"
 STEPS = "steps_rank{rank}.csv"
 ENV = "env_rank{rank}.json"
+STATUS = "status_rank{rank}.json"
+MEMORY = "memory_rank{rank}.json"
+MEMORY_SNAPSHOT = "memory_snapshot_rank{rank}.pickle"
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -90,3 +99,28 @@ def nvml_name(rank: int) -> str:
 
 def env_name(rank: int) -> str:
     return ENV.format(rank=rank)
+
+
+def status_name(rank: int) -> str:
+    return STATUS.format(rank=rank)
+
+
+def memory_name(rank: int) -> str:
+    return MEMORY.format(rank=rank)
+
+
+def memory_snapshot_name(rank: int) -> str:
+    return MEMORY_SNAPSHOT.format(rank=rank)
+
+
+# status_rank{r}.json keys a reader may find (newer runs add the failure's; readers must not require them):
+STATUS_KEYS = ("rank", "exit_code", "error", "signal", "stopped", "steps_from", "steps", "trace_written", "trace_complete",
+               "write_error", "capture_options", "end_unix_s",
+               # how the script ended, when it did not end cleanly:
+               "error_type",  # the exception's class, module-qualified (torch.OutOfMemoryError)
+               "phase",  # forward, backward, optimizer (from the traceback), or null
+               "where",  # the innermost frame: "file.py:LINE in function"
+               "profiler_phase",  # what the profiler was doing in the failed step: off, warmup, record
+               "steps_from_switched",  # [{"step", "from", "to"}]: auto's time windows gave way to iterations
+               "profiler_yielded",  # the script ran its own torch.profiler: ours stood down (why)
+               )

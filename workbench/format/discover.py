@@ -7,7 +7,8 @@ reads them. Which are traces:
 
 - ``*.pt.trace.json[.gz]`` (workbench's and ``tensorboard_trace_handler``'s names) always are:
   reading them words their errors (an empty or truncated file is an error, not a skip);
-- the run directory's own files (``manifest.json``, ``env_rank{r}.json``, ``status_rank{r}.json``)
+- the run directory's own files (``manifest.json``, ``env_rank{r}.json``, ``status_rank{r}.json``,
+  ``memory_rank{r}.json``)
   never are;
 - any other ``*.json[.gz]`` is a trace when the first MiB of its text is a JSON object with a
   top-level ``traceEvents`` key, or a top-level array of Chrome trace events (``"ph"``); anything
@@ -35,7 +36,8 @@ TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 JSON_GLOBS = ("*.json", "*.json.gz")
 RUN_FILES = ((re.compile(r"^manifest\.json$"), "the run's manifest"),
              (re.compile(r"^env_rank\d+\.json$"), "a rank's environment"),
-             (re.compile(r"^status_rank\d+\.json$"), "a rank's exit status"))
+             (re.compile(r"^status_rank\d+\.json$"), "a rank's exit status"),
+             (re.compile(r"^memory_rank\d+\.json$"), "a rank's memory record"))
 SNIFF_BYTES = 1 << 20  # Kineto writes its header (devices, distributedInfo) first: a few KB
 MAX_NAMED = 4  # files named per list in the one-line note
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')

@@ -40,6 +40,9 @@ class RankData:
     """steps_rank{r}.csv (contract.STEP_COLUMNS), or None."""
     nvml: pd.DataFrame | None = None
     """nvml_rank{r}.csv (contract.NVML_COLUMNS), or None."""
+    memory: dict | None = None
+    """memory_rank{r}.json (workbench.capture.memory: parameters, gradients and optimizer state at
+    the first optimizer step, the allocator at an out-of-memory error), or None."""
     summary: Any = None
     """workbench.analysis.frames.RankSummary: the rank reduced to what analysis reads (set by
     ``workbench.pipeline.reduce.load_reduced``, where ``trace`` stays None)."""
@@ -131,6 +134,25 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
     return df
 
 
+MAX_SMALL_JSON_BYTES = 1 << 20
+"""memory_rank{r}.json is a few hundred bytes; anything over 1 MiB is not what the capture wrote."""
+
+
+def _read_small_json(path: Path) -> tuple[dict | None, str | None]:
+    """A small JSON object the capture wrote beside the traces, or (None, a one-line warning)."""
+    import json
+
+    try:
+        if path.stat().st_size > MAX_SMALL_JSON_BYTES:
+            return None, f"{path.name}: over {MAX_SMALL_JSON_BYTES >> 20} MiB, not what the capture writes; ignored"
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        return None, f"{path.name}: unreadable ({type(e).__name__}); ignored"
+    if not isinstance(doc, dict):
+        return None, f"{path.name}: not a JSON object; ignored"
+    return doc, None
+
+
 def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None) -> Run:
     """Load the run at ``path`` (a run directory, a bare trace directory, or one trace file).
 
@@ -207,12 +229,22 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
             r = int(re.findall(r"\d+", f.stem)[-1])
             if wanted is None or r in wanted:
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).nvml = _read_csv(f)
+        for f in sorted(path.glob("memory_rank*.json")):
+            r = int(re.findall(r"\d+", f.stem)[-1])
+            if wanted is None or r in wanted:
+                doc, note = _read_small_json(f)
+                run.ranks.setdefault(r, RankData(rank=r, trace=None)).memory = doc
+                if note:
+                    run.warnings.append(note)
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
     run.warnings.extend(notes(run))
     manifest = run.manifest
     if manifest.get("status") == contract.STATUS_FAILED:
-        run.warnings.append(f"the run failed: {manifest.get('error') or 'exit code ' + str(manifest.get('exit_code'))}")
+        error = manifest.get("error") if isinstance(manifest.get("error"), str) else ""
+        line = error.splitlines()[0] if error else ""
+        line = line if len(line) <= 240 else line[:239] + "…"
+        run.warnings.append(f"the run failed: {line or 'exit code ' + str(manifest.get('exit_code'))}")
     return run
 
 

@@ -376,6 +376,8 @@ def _result_key(path: Path | str) -> tuple[Path, dict] | None:
     params = [manifest.get("device_name"), manifest.get("device_memory_bytes")]
     key = summary_key(path, files, params)
     key["csv"] = [stat_key(f) for f in sorted(path.glob("*.csv"))] if path.is_dir() else []
+    # what the capture wrote beside the traces that the verdict also reads (memory records)
+    key["memory"] = [stat_key(f) for f in sorted(path.glob("memory_rank*.json"))] if path.is_dir() else []
     key["target"] = path.name
     return run_path, json.loads(json.dumps(key))
 

@@ -173,7 +173,8 @@ def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None 
                 progress(i + 1, len(files), f)
         return [got[f] for f in files]
 
-    summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache and bool(files))
+    # a run without traces (a job that failed before one was written) is cached too: its verdict is the failure
+    summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache)
     if hit and progress:
         progress(len(files), len(files), files[-1])
     run.params = params

@@ -60,8 +60,15 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                                         # ranks in one class (analysis.kernel_classes), largest first
         "other_kernels": [{"name", "calls", "time_ms"}]   # kernels no class matched, by name
       },
-      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}}
+      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}},
                                         # analysis.model_run.run_model: the model the traces show
+      "memory": {"rank", "at": "peak"|"out of memory", "peak_allocated_gib", "peak_reserved_gib",
+                 "by_category": {"weights"|"gradients"|"optimizer"|"activations"|"other": {"gib", "source"}},
+                 "sum_gib", "note", "per_rank": [...], "planned": {...}} | null
+                                        # analysis.memory_categories: the peak (or the memory at an
+                                        # out-of-memory error) by category, summing to the reserved
+                                        # peak; "planned": the planner's split of the run's own layout
+                                        # (calibration.alternatives)
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -86,6 +93,9 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ model; efficiency.hfu_pct, hfu_bf16_pct, mfu_source, mfu_convention, mfu_note, "
                             "model_flops_per_step (MFU counts the model's FLOPs); metrics.mfu_pct, hfu_pct"),
     ("workbench.analyze/1", "+ diagnoses[].alternatives (the planner's answers to a finding)"),
+    ("workbench.analyze/1", "+ memory (by category); diagnoses out_of_memory and job_failed (a failed run's verdict, "
+                            "with or without a trace); a run whose steps are time windows says so in run.warnings and "
+                            "the verdict, and leaves out metrics.steady_step_ms, tokens_per_s, mfu_pct, hfu_pct"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -276,6 +286,8 @@ class Result:
     clock: dict[str, dict] = field(default_factory=dict)
     efficiency: Efficiency | None = None
     model: ModelInfo = field(default_factory=ModelInfo)
+    memory: dict | None = None
+    """Memory by category (workbench.analysis.memory_categories), or None where nothing was measured."""
     json_schema: str = JSON_SCHEMA
 
     def finding(self, rule_id: str) -> Finding | None:
@@ -299,6 +311,8 @@ class Result:
             "clock": _plain(self.clock),
             "efficiency": self.efficiency.to_json() if self.efficiency else None,
             "model": self.model.to_json(),
+            # absent where nothing was measured: documents of earlier releases read back unchanged
+            **({"memory": _plain(self.memory)} if self.memory is not None else {}),
         }
 
     @classmethod
@@ -318,6 +332,7 @@ class Result:
                    verdict=doc.get("verdict") or "", metrics=Metrics.from_json(doc.get("metrics") or {}),
                    collectives=tuple(doc.get("collectives") or ()), clock={str(k): v for k, v in (doc.get("clock") or {}).items()},
                    efficiency=Efficiency.from_json(doc.get("efficiency")), model=ModelInfo.from_json(doc.get("model")),
+                   memory=doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
                    json_schema=doc.get("json_schema", JSON_SCHEMA))
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:

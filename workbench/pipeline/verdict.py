@@ -22,7 +22,9 @@ from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
+from workbench.analysis.failure import run_failure
 from workbench.analysis.memory import GIB
+from workbench.analysis.memory_categories import rank_categories, run_categories
 from workbench.analysis.model import CONVENTION, value
 from workbench.analysis.model_run import run_model
 from workbench.analysis.skew import rank_skew
@@ -38,6 +40,9 @@ from workbench.pipeline.result import JSON_SCHEMA, Efficiency, Finding, Metrics,
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
+FAILURE_IDS = ("out_of_memory", "job_failed")
+"""Findings that say the job ended: the verdict's headline whatever else was found."""
+TIME_WINDOWS_VERDICT = "[steps are time windows, not iterations] "
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
                   frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS, frames.STEP_TRANSIENT)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
@@ -124,6 +129,9 @@ class Analysis:
         eff = self.efficiency_json()
         if eff:
             out["mfu_pct"], out["hfu_pct"] = eff.get("mfu_pct"), eff.get("hfu_pct")
+        if self.time_windows:  # a window is not an iteration: no per-step rate is the job's
+            for k in ("steady_step_ms", "tokens_per_s", "mfu_pct", "hfu_pct"):
+                out.pop(k, None)
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
     def model_json(self) -> dict[str, Any]:
@@ -141,6 +149,9 @@ class Analysis:
         """The ``efficiency`` JSON key (see the module docstring); None when no FLOPs were counted."""
         if self._efficiency is None:
             self._efficiency = self._efficiency_json() or {}
+            if self._efficiency and self.time_windows:
+                self._efficiency.update(mfu_pct=None, mfu_bf16_pct=None, hfu_pct=None, hfu_bf16_pct=None,
+                                        mfu_note="no MFU: the steps are time windows, not iterations")
         return self._efficiency or None
 
     def _efficiency_json(self) -> dict[str, Any] | None:
@@ -231,12 +242,19 @@ class Analysis:
         }
 
     @property
+    def time_windows(self) -> bool:
+        """The run's steps are auto's time windows, not iterations."""
+        return str(self.run.manifest.get("steps_from") or "").startswith("time:")
+
+    @property
     def verdict(self) -> str:
         # low_mfu is the summary; a finding that names a fix takes the line when there is one
-        serious = sorted((d for d in self.diagnoses if d.severity != "info"), key=lambda d: d.id == "low_mfu")
+        serious = sorted((d for d in self.diagnoses if d.severity != "info"),
+                         key=lambda d: (d.id not in FAILURE_IDS, d.id == "low_mfu"))
         if serious:
             top = serious[0]
-            return f"{top.id}: {top.title} → {top.recommendation.split(';')[0]}"
+            line = f"{top.id}: {top.title} → {top.recommendation.split(';')[0]}"
+            return (TIME_WINDOWS_VERDICT + line) if self.time_windows else line
         # "no bottleneck" only when compute fills >= 90% of the step and MFU is near what
         # this GPU reaches (low_mfu silent: MFU over the busy share >= 0.75 of the GEMMs' rate)
         NO_BOTTLENECK_COMPUTE_PCT = 90.0
@@ -244,7 +262,7 @@ class Analysis:
         busy = pct.get("compute", 0.0)
         mfu = next((d for d in self.diagnoses if d.id == "low_mfu"), None)
         if busy >= NO_BOTTLENECK_COMPUTE_PCT and mfu is None:
-            return f"no bottleneck found: compute fills {busy:.0f}% of the step"
+            return (TIME_WINDOWS_VERDICT if self.time_windows else "") + f"no bottleneck found: compute fills {busy:.0f}% of the step"
         # every remaining point of the step goes somewhere the user can look: name the shares
         rest = sorted(((v, c) for c, v in pct.items() if c != "compute" and v >= 1.0), reverse=True)
         parts = [f"compute {busy:.0f}% of the step"] + [f"{c} {v:.0f}%" for v, c in rest]
@@ -253,7 +271,7 @@ class Analysis:
             parts.append(f"HFU {mfu.evidence['mfu_pct']:.0f}% vs {mfu.evidence['ceiling_pct']:.0f}% this GPU reaches on "
                          f"these GEMMs")
         small = [d.id for d in self.diagnoses if d.id != "low_mfu"]
-        return "no single bottleneck: " + ", ".join(parts) + (f" (minor: {', '.join(small)})" if small else "")
+        return (TIME_WINDOWS_VERDICT if self.time_windows else "") + "no single bottleneck: " + ", ".join(parts) + (f" (minor: {', '.join(small)})" if small else "")
 
     def breakdown_pct(self) -> dict[str, float]:
         if self.breakdown.empty:
@@ -286,7 +304,8 @@ class Analysis:
                                   for row in self.collectives().to_dict("records")),
                 clock={str(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
                 efficiency=Efficiency.from_json(self.efficiency_json()),
-                model=ModelInfo.from_json(self.model_json()))
+                model=ModelInfo.from_json(self.model_json()),
+                memory=self.context.memory_by_category if self.context is not None else None)
             self._result = Result.from_json(json.loads(json.dumps(r.to_json(), default=str)))
         return self._result
 
@@ -313,13 +332,17 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
         run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress,
                                   peak=peak)
         ranks = {r: s.rank_frames(run.params) for r, s in run.summaries.items()}
-    if not ranks:
+    failure = run_failure(run.manifest)
+    if not ranks and failure is None:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
+    if not ranks:  # the job failed before a trace was written: the verdict is the failure, from what the run holds
+        run.warnings.append("no trace: the job failed before the profiler wrote one; the verdict is read from the "
+                            "manifest, the ranks' status, steps, samples and memory records")
     ranks = dict(sorted(ranks.items()))
     parts = [b for b in (rf.summary(frames.BREAKDOWN) for rf in ranks.values()) if len(b)]
     recorded = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     config = run.manifest.get("config")
-    steps = {r: d.steps for r, d in run.ranks.items()}
+    steps = iteration_steps({r: d.steps for r, d in run.ranks.items()}, run.manifest, run.warnings)
     warmup = (run.manifest.get("schedule") or {}).get("warmup")
     # the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
     job = job_steps(steps, warmup)
@@ -331,9 +354,55 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
     ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps=steps, steps_warmup=warmup,
-                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits)
+                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure)
+    ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     return Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
                     context=ctx, trace_breakdown=recorded, job=job)
+
+
+def iteration_steps(steps: dict, manifest: dict, warnings: list[str]) -> dict:
+    """The steps CSVs' rows that are iterations: where ``--steps-from auto`` began with time windows
+    and iterations replaced them (the ranks' ``steps_from_switched``), the windows' rows are dropped;
+    where the run's steps stayed time windows, a warning says so loudly."""
+    ranks = manifest.get("ranks") if isinstance(manifest.get("ranks"), dict) else {}
+    out = dict(steps)
+    for key, info in ranks.items():
+        sw = info.get("steps_from_switched") if isinstance(info, dict) else None
+        if not isinstance(sw, list) or not sw:
+            continue
+        last = sw[-1]
+        try:
+            r, at = int(info.get("rank", key)), int(last.get("step"))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        df = out.get(r)
+        if df is not None and "step" in df and str(last.get("from", "")).startswith("time:"):
+            out[r] = df[pd.to_numeric(df["step"], errors="coerce") > at].reset_index(drop=True)
+            if r == min(int(i.get("rank", k)) for k, i in ranks.items() if isinstance(i, dict) and "rank" in i):
+                warnings.append(f"steps were {last['from']} time windows until step {at}, when iterations appeared "
+                                f"({last.get('to')}): the windows' rows are left out, the profiled window was restarted "
+                                "on iterations")
+    if str(manifest.get("steps_from") or "").startswith("time:"):
+        warnings.append(TIME_WINDOWS)
+    return out
+
+
+TIME_WINDOWS = ("STEPS ARE TIME WINDOWS, NOT ITERATIONS: no optimizer step or backward came before auto's deadline "
+                "(--steps-from auto), so each 'step' is a fixed span of time; step time, tokens per step, tokens/s and "
+                "MFU are not the job's (pass --steps-from optimizer, backward or annotation:NAME)")
+
+
+def memory_by_category(run: Run, steps: dict, ctx: Context, failure: dict | None) -> dict | None:
+    """The run's ``memory`` block (workbench.analysis.memory_categories): each rank's measured model
+    states (memory_rank{r}.json) or the inferred model's, split against its allocator peak, or the
+    memory held at its out-of-memory error."""
+    model = {k: v.get("value") for k, v in ((ctx.model() if ctx.ranks else {}) or {}).get("fields", {}).items()
+             if isinstance(v, dict)}
+    ooms = {e["rank"]: e.get("oom") for e in (failure or {}).get("ranks", []) if e.get("kind") == "out_of_memory"}
+    per_rank = {}
+    for r, d in run.ranks.items():
+        per_rank[r] = rank_categories(d.memory, steps.get(r), model, ooms.get(r))
+    return run_categories(per_rank)
 
 
 def _per_step_of_job(per_step: pd.DataFrame, scale: float) -> pd.DataFrame:

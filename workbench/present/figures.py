@@ -318,6 +318,31 @@ def zero_what_if(table: pd.DataFrame, capacity_bytes: int | None = None,
     return fig
 
 
+MEMORY_COLOURS = {"weights": "#1f77b4", "gradients": "#2ca02c", "optimizer": "#9467bd", "activations": "#ff7f0e",
+                  "other": "#7f7f7f"}
+
+
+def memory_categories_bar(memory: dict, capacity_gib: float | None = None,
+                          title: str = "Memory by category: measured, and the planner's for this layout") -> go.Figure:
+    """Stacked bars of the run's memory by category (``--json``'s ``memory``: analysis.memory_categories)
+    and, beside it, the planner's prediction for the run's own layout (``memory.planned``) where there
+    is one; the device's capacity as a red line. A category not measured is left out of its bar."""
+    fig = go.Figure()
+    bars = {"measured" if memory.get("at") != "out of memory" else "at the out-of-memory error": memory["by_category"]}
+    planned = memory.get("planned")
+    if isinstance(planned, dict):
+        bars[f"planned ({planned.get('layout', 'the run')})"] = {k: {"gib": planned.get(k)} for k in MEMORY_COLOURS}
+    for cat, colour in MEMORY_COLOURS.items():
+        x = list(bars)
+        y = [(b.get(cat) or {}).get("gib") for b in bars.values()]
+        fig.add_bar(x=x, y=y, name=cat, marker_color=colour, hovertemplate=f"{cat} %{{y:.2f}} GiB<extra>%{{x}}</extra>")
+    if capacity_gib:
+        fig.add_hline(y=capacity_gib, line_color="red", line_dash="dash", annotation_text="capacity")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="GiB", height=360, margin=_MARGIN,
+                      legend_orientation="h", legend_y=-0.2)
+    return fig
+
+
 # --- Compare --------------------------------------------------------------------------------------
 
 def compare_bars(metrics: pd.DataFrame, title: str = "B vs A: change per metric (%)") -> go.Figure:

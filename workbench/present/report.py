@@ -33,8 +33,13 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     from workbench.analysis.memory import memory_timeline
 
     run = analysis.run
-    out = [("Overview", F.step_breakdown_bar(analysis.per_rank)), ("Overview", F.step_time_lines(analysis.breakdown))]
     windows = analysis.per_rank_frames(frames.WINDOWS)
+    memory = analysis.context.memory_by_category if analysis.context is not None else None
+    by_category = [("Memory", F.memory_categories_bar(memory, (run.device_memory_bytes or 0) / 2**30 or None))] if memory else []
+    if not windows:  # the job failed before a trace was written: the samples and memory it left
+        nvml = {r: d.nvml for r, d in run.ranks.items() if d.nvml is not None and not d.nvml.empty}
+        return ([("Utilisation", F.utilisation(nvml, {r: d.steps for r, d in run.ranks.items()}))] if nvml else []) + by_category
+    out = [("Overview", F.step_breakdown_bar(analysis.per_rank)), ("Overview", F.step_time_lines(analysis.breakdown))]
     # events are drawn for the first few ranks only, each read from its trace (the analysis holds summaries)
     drawn = {r: run.trace(r) for r in sorted(windows)[:DRAWN_RANKS]}
     lanes = pd.concat([F.timeline_lanes(t, windows[r], r) for r, t in drawn.items()], ignore_index=True)
@@ -57,7 +62,7 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     if samples:
         cap = run.device_memory_bytes if any((f["device_type"] == 1).any() for f in samples) else None
         out.append(("Memory", F.memory_lines(pd.concat(samples, ignore_index=True), cap, t0)))
-    return out
+    return out + by_category
 
 
 def render(analysed) -> str:

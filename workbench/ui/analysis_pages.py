@@ -7,7 +7,8 @@ import streamlit as st
 
 from workbench.analysis import frames
 from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
-from workbench.present.figures import collective_bytes_bar, comm_overlap_bar, memory_lines, utilisation, zero_what_if
+from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, memory_categories_bar, memory_lines,
+                                       utilisation, zero_what_if)
 from workbench.ui import state
 from workbench.present import summary
 from workbench.ui.registry import page
@@ -82,6 +83,16 @@ def memory_page() -> None:
     cols[0].metric(f"Peak ({kind})", "—" if peak is None else f"{peak / GIB:.2f} GiB")
     cols[1].metric("Capacity", "—" if not cap else f"{cap / GIB:.0f} GiB")
     cols[2].metric("Peak / capacity", "—" if not (peak and cap) else f"{100 * peak / cap:.1f}%")
+    shown_run = state.analysed_for(path)  # the same result the CLI prints (the planner's split included)
+    by_category = shown_run.result.memory if shown_run is not None else None
+    if by_category:
+        st.subheader("By category")
+        gpu_cap = run.device_memory_bytes
+        st.plotly_chart(memory_categories_bar(by_category, gpu_cap / GIB if gpu_cap else None), width="stretch")
+        st.dataframe(pd.DataFrame([{"category": k, "GiB": v.get("gib"), "source": v.get("source")}
+                                   for k, v in by_category["by_category"].items()]), hide_index=True, width="stretch")
+        if by_category.get("note"):
+            st.caption(by_category["note"])
     frames, t0, act = [], None, 0
     ranks = sorted(run.rank_info)
     if len(ranks) > MEMORY_RANKS:

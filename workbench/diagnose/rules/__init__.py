@@ -25,4 +25,6 @@ from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
     attention_math,
     layout_conversion,
     stale_gemm_kernels,
+    out_of_memory,
+    job_failed,
 )

@@ -1,0 +1,142 @@
+"""Device memory by category: weights, gradients, optimizer state, activations, other.
+
+A rank's peak (the allocator's reserved bytes: at the run's peak, or at the out-of-memory error that
+ended it) split into:
+
+- ``weights``, ``gradients``, ``optimizer``: **measured** by the capture at the first optimizer step
+  (``memory_rank{r}.json``: the bytes of the tensors the optimizer's parameter groups and state hold,
+  workbench.capture.memory), else **inferred** from the model the trace shows (its trainable
+  parameters × 4 bytes, fp32 as torch.optim keeps them, and the optimizer's state per parameter:
+  :data:`OPTIMIZER_STATE_BYTES`);
+- ``activations``: the allocator's peak allocated bytes less the three model states — what a step
+  allocates on top of them: saved activations and the temporaries alive at the peak;
+- ``other``: reserved but not allocated (the caching allocator's free blocks: its cache and
+  fragmentation).
+
+The five add up to the peak reserved bytes. On CPU there is no caching allocator: the model states
+are measured (or inferred) and activations and other are not measured (null, and ``note`` says so).
+Where the model states exceed the allocated peak (the peak came before gradients existed, or a
+sharded optimizer's state was counted whole), activations are 0 and ``note`` says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+GIB = float(1 << 30)
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "lion": 4, "sgd": 4, "adafactor": 4}
+"""fp32 state per parameter: Adam's two moments, Lion's and SGD-momentum's one, Adafactor's factored
+second moment (about one): the planner's table (workbench.calibration.from_run), the analysis' own
+copy (a layer below it)."""
+PARAM_BYTES = 4
+"""torch.optim steps fp32 parameters (mixed precision keeps fp32 masters; autocast casts copies)."""
+
+
+def _gib(b: float | None) -> float | None:
+    return None if b is None else round(float(b) / GIB, 3)
+
+
+def _int(b: float | None) -> int | None:
+    return None if b is None else int(round(b))
+
+
+def _peaks(steps: pd.DataFrame | None) -> tuple[float | None, float | None]:
+    """(peak allocated, peak reserved) bytes from a steps CSV's allocator columns."""
+    if steps is None or steps.empty:
+        return None, None
+    out = []
+    for col in ("max_mem_allocated_bytes", "max_mem_reserved_bytes"):
+        v = pd.to_numeric(steps[col], errors="coerce").dropna() if col in steps else pd.Series(dtype=float)
+        out.append(float(v.max()) if not v.empty and v.max() > 0 else None)
+    return out[0], out[1]
+
+
+def _model_states(record: dict | None, model_fields: dict) -> tuple[dict[str, float | None], str, str | None]:
+    """{weights, gradients, optimizer} bytes, their source, and a note."""
+    first = (record or {}).get("first_step") if isinstance(record, dict) else None
+    if isinstance(first, dict) and isinstance(first.get("params_bytes"), (int, float)):
+        return ({"weights": float(first["params_bytes"]), "gradients": float(first.get("grads_bytes") or 0),
+                 "optimizer": float(first.get("optimizer_bytes") or 0)},
+                f"measured at the first optimizer step ({first.get('optimizer', 'optimizer')}'s parameter groups and state)",
+                None)
+    n = model_fields.get("params_total")
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0:
+        return {"weights": None, "gradients": None, "optimizer": None}, "not measured", None
+    opt = str(model_fields.get("optimizer") or "").lower()
+    per = next((b for k, b in OPTIMIZER_STATE_BYTES.items() if k in opt), None)
+    note = None if per is not None else "optimizer not inferred: AdamW's 8 bytes per parameter assumed"
+    per = 8 if per is None else per
+    return ({"weights": n * PARAM_BYTES, "gradients": n * PARAM_BYTES, "optimizer": n * per},
+            f"inferred: {int(n):,} parameters × {PARAM_BYTES} B (fp32), optimizer {per} B per parameter", note)
+
+
+def rank_categories(record: dict | None, steps: pd.DataFrame | None, model_fields: dict | None = None,
+                    oom: dict | None = None) -> dict[str, Any] | None:
+    """One rank's memory by category (the module docstring), or None when nothing is known.
+
+    ``oom``: the figures of the out-of-memory error that ended the rank (workbench.analysis.failure.
+    parse_oom, or the capture's allocator record at the failure): the split is then of the memory held
+    at the failure. Keys: ``at`` ("peak" | "out of memory"), ``peak_allocated_gib``,
+    ``peak_reserved_gib``, ``by_category`` ({category: {"gib", "source"}}), ``sum_gib``, ``note``."""
+    model_fields = model_fields or {}
+    states, states_source, note = _model_states(record, model_fields)
+    alloc, reserved = _peaks(steps)
+    at, peak_source = "peak", "the allocator's peak (steps_rank{r}.csv max_mem_*_bytes)"
+    oom_alloc = (record or {}).get("oom", {}) if isinstance((record or {}).get("oom"), dict) else {}
+    stats = oom_alloc.get("allocator") if isinstance(oom_alloc.get("allocator"), dict) else None
+    if stats and stats.get("allocated_bytes.all.current") is not None:
+        alloc, reserved = float(stats["allocated_bytes.all.current"]), float(stats.get("reserved_bytes.all.current") or 0) or None
+        at, peak_source = "out of memory", "the allocator at the out-of-memory error (memory_rank{r}.json)"
+    elif oom and oom.get("allocated_bytes") is not None:
+        alloc = float(oom["allocated_bytes"])
+        reserved = float(oom["reserved_bytes"]) if oom.get("reserved_bytes") is not None else None
+        at, peak_source = "out of memory", "the out-of-memory error's own figures (PyTorch's message)"
+    if all(v is None for v in states.values()) and alloc is None:
+        return None
+    cats: dict[str, dict] = {}
+    for name in ("weights", "gradients", "optimizer"):
+        cats[name] = {"gib": _gib(states[name]), "bytes": _int(states[name]), "source": states_source}
+    known = sum(v for v in states.values() if v is not None)
+    if alloc is None:
+        cats["activations"] = {"gib": None, "bytes": None, "source": "not measured: no caching allocator (CPU)"}
+        cats["other"] = {"gib": None, "bytes": None, "source": "not measured: no caching allocator (CPU)"}
+        note = "; ".join(x for x in (note, "on CPU only the model states are measured: no allocator peak to split") if x)
+    else:
+        act = alloc - known
+        if act < 0:
+            note = "; ".join(x for x in (note, f"the model states ({known / GIB:.2f} GiB) exceed the allocated peak "
+                                                 f"({alloc / GIB:.2f} GiB): activations taken as 0") if x)
+            act = 0.0
+        cats["activations"] = {"gib": _gib(act), "bytes": _int(act), "source": f"{peak_source}: allocated less the "
+                                                                               "model states (saved activations and temporaries)"}
+        rest = (reserved - alloc) if reserved is not None and reserved >= alloc else 0.0
+        cats["other"] = {"gib": _gib(rest), "bytes": _int(rest),
+                         "source": "reserved but not allocated (the allocator's cache and fragmentation)"
+                         if reserved is not None else "not measured"}
+    total = sum(c["bytes"] for c in cats.values() if c["bytes"] is not None) / GIB
+    return {"at": at, "peak_allocated_gib": _gib(alloc), "peak_reserved_gib": _gib(reserved),
+            "by_category": cats, "sum_gib": round(total, 3), "note": note or None}
+
+
+def run_categories(per_rank: dict[int, dict | None]) -> dict[str, Any] | None:
+    """The run's ``memory`` block: the rank whose peak (reserved, else the model states) is highest,
+    with every rank's figures in ``per_rank``; None when no rank has any."""
+    ranks = {r: c for r, c in per_rank.items() if c}
+    if not ranks:
+        return None
+
+    def size(c: dict) -> float:
+        return c["peak_reserved_gib"] or c["peak_allocated_gib"] or c["sum_gib"] or 0.0
+
+    worst = max(ranks, key=lambda r: (size(ranks[r]), -r))
+    out = {"rank": int(worst), **ranks[worst]}
+    if len(ranks) > 1:
+        out["per_rank"] = [{"rank": int(r), "at": c["at"], "peak_reserved_gib": c["peak_reserved_gib"],
+                            **{k: v["gib"] for k, v in c["by_category"].items()}} for r, c in sorted(ranks.items())]
+    return out
+
+
+__all__ = ["CATEGORIES", "OPTIMIZER_STATE_BYTES", "rank_categories", "run_categories"]
