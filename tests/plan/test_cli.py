@@ -43,7 +43,7 @@ def test_json_schema_and_the_article_layout_first():
     assert doc["efficiencies"]["source"] == "defaults"
     given, *ranked = doc["plans"]
     assert given["given"] and given["layout"] == {"tp": 8, "pp": 8, "dp": 1, "zero": 1, "mb": 1,
-                                                   "recompute": "selective", "sp": True, "vpp": 3, "schedule": "1f1b"}
+                                                   "recompute": "selective", "sp": True, "vpp": 3, "schedule": "1f1b", "ep": 1}
     assert len(ranked) == 3 and [p["rank"] for p in ranked] == [1, 2, 3]
     for p in doc["plans"]:
         assert PLAN_KEYS <= set(p) and MEMORY_KEYS <= set(p["memory"]) and TIME_KEYS <= set(p["time"])

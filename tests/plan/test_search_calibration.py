@@ -104,7 +104,8 @@ def test_calibration_states_its_range_and_the_plan_warns_outside_it():
     # llama3-8b at M = 8192: only the head (2·M·h·V = 8.6e12) lies beyond 1.7e12 x 1.78; its share of
     # the matmul FLOPs is V·h / (L·(h·(h + 2·kv·d) + h² + 3·h·ffn) + V·h)
     m = model_spec("llama3-8b")
-    share = 100 * m.vocab * m.hidden / (m.layers * m.layer_matrix_params() + m.vocab * m.hidden)
+    matrices = m.attention_matrix_params() + m.mlp_matrices * m.hidden * m.ffn_hidden  # one block's weights
+    share = 100 * m.vocab * m.hidden / (m.layers * matrices + m.vocab * m.hidden)
     assert doc["plans"][0]["time"]["gemm_outside_calibration_pct"] == pytest.approx(share, abs=0.01)
     assert share == pytest.approx(7.0, abs=0.05)
     assert len(e["warnings"]) == 1 and "outside the calibration" in e["warnings"][0]
