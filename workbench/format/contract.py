@@ -8,6 +8,8 @@ A run directory ``traces/<run>/`` holds::
     nvml_rank{r}.csv            timestamped device samples (NVML, or the CPU fallback)
     steps_rank{r}.csv           one row per optimizer step, written as the step ends
     env_rank{r}.json            what rank r saw at start (host, device, versions)
+    experts_rank{r}.csv         tokens per expert of each mixture-of-experts layer, per profiled
+                                step (optional: only MoE jobs whose counts the capture could read)
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -26,6 +28,7 @@ TRACE = "rank{rank}.pt.trace.json.gz"
 NVML = "nvml_rank{rank}.csv"
 STEPS = "steps_rank{rank}.csv"
 ENV = "env_rank{rank}.json"
+EXPERTS = "experts_rank{rank}.csv"
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -69,6 +72,16 @@ NVML_COLUMNS = (
     "rss_bytes",
 )
 
+# Columns of experts_rank{r}.csv (optional; older runs and dense models have none; readers must not
+# require it): one row per profiled step, MoE layer and routed expert.
+EXPERT_COLUMNS = (
+    "step",  # the step's index, as in steps_rank{r}.csv
+    "layer",  # the MoE layer's module name in the model (e.g. blocks.1.moe, model.layers.0.mlp.gate)
+    "expert",  # routed expert id, 0-based, global (the same under expert parallelism)
+    "tokens",  # token copies this rank routed to that expert in that layer during the step (forwards
+    #            only: recomputation in backward is not counted again)
+)
+
 # manifest.json["status"]
 STATUS_RUNNING = "running"
 STATUS_OK = "ok"
@@ -90,3 +103,7 @@ def nvml_name(rank: int) -> str:
 
 def env_name(rank: int) -> str:
     return ENV.format(rank=rank)
+
+
+def experts_name(rank: int) -> str:
+    return EXPERTS.format(rank=rank)

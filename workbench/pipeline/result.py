@@ -33,7 +33,8 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
           step_ms, <category>_pct, gpu_busy_pct (kernels, GPU runs) or compute_busy_pct (CPU),
           exposed_comm_pct (min over ranks), comm_ms_per_step, peak_reserved_gib,
           peak_allocated_gib, straggler_work_ratio, tokens_per_s, steady_step_ms, trace_step_ms,
-          capture_overhead_ratio, mfu_pct, hfu_pct (a key is present where it was measured)
+          capture_overhead_ratio, mfu_pct, hfu_pct, expert_maxvio (a key is present where it was
+          measured)
           step_ms and the <category>_pct cover the profiled steps set against the job's step;
           steady_step_ms and tokens_per_s the steady steps of the steps CSVs: step ≥ 1, not
           profiled, step time gpu_step_ms where captured; tokens_per_s = the script's own tokens
@@ -60,8 +61,13 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                                         # ranks in one class (analysis.kernel_classes), largest first
         "other_kernels": [{"name", "calls", "time_ms"}]   # kernels no class matched, by name
       },
-      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}}
+      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}},
                                         # analysis.model_run.run_model: the model the traces show
+      "expert_load": {                  # only where the capture recorded tokens per expert (MoE runs)
+        "source", "definition", "maxvio": float,   # the worst layer's MaxVio (mean over steps)
+        "layers": [{"layer", "steps", "experts", "tokens_per_step", "mean_tokens", "max_over_mean",
+                    "maxvio", "maxvio_max", "noise_maxvio", "hottest_experts", "hottest_share_pct"}]
+      }                                 # analysis.experts; an MoE run without it has a run warning
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -86,6 +92,7 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ model; efficiency.hfu_pct, hfu_bf16_pct, mfu_source, mfu_convention, mfu_note, "
                             "model_flops_per_step (MFU counts the model's FLOPs); metrics.mfu_pct, hfu_pct"),
     ("workbench.analyze/1", "+ diagnoses[].alternatives (the planner's answers to a finding)"),
+    ("workbench.analyze/1", "+ expert_load (MoE runs whose expert load was recorded); metrics.expert_maxvio"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -163,7 +170,8 @@ class Finding:
 
 METRIC_NAMES = ("step_ms", *(f"{c}_pct" for c in CATEGORIES), "trace_step_ms", "gpu_busy_pct", "compute_busy_pct",
                 "exposed_comm_pct", "comm_ms_per_step", "capture_overhead_ratio", "peak_reserved_gib",
-                "peak_allocated_gib", "straggler_work_ratio", "steady_step_ms", "tokens_per_s", "mfu_pct", "hfu_pct")
+                "peak_allocated_gib", "straggler_work_ratio", "steady_step_ms", "tokens_per_s", "mfu_pct", "hfu_pct",
+                "expert_maxvio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +199,7 @@ class Metrics:
     tokens_per_s: float | None = None
     mfu_pct: float | None = None
     hfu_pct: float | None = None
+    expert_maxvio: float | None = None
     keys: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, float | None]:
@@ -277,6 +286,8 @@ class Result:
     efficiency: Efficiency | None = None
     model: ModelInfo = field(default_factory=ModelInfo)
     json_schema: str = JSON_SCHEMA
+    expert_load: dict | None = None
+    """Tokens per expert and MaxVio per MoE layer (analysis.experts); None where not recorded."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -299,6 +310,7 @@ class Result:
             "clock": _plain(self.clock),
             "efficiency": self.efficiency.to_json() if self.efficiency else None,
             "model": self.model.to_json(),
+            **({"expert_load": _plain(self.expert_load)} if self.expert_load is not None else {}),
         }
 
     @classmethod
@@ -318,7 +330,7 @@ class Result:
                    verdict=doc.get("verdict") or "", metrics=Metrics.from_json(doc.get("metrics") or {}),
                    collectives=tuple(doc.get("collectives") or ()), clock={str(k): v for k, v in (doc.get("clock") or {}).items()},
                    efficiency=Efficiency.from_json(doc.get("efficiency")), model=ModelInfo.from_json(doc.get("model")),
-                   json_schema=doc.get("json_schema", JSON_SCHEMA))
+                   json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"))
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""
