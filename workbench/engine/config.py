@@ -60,6 +60,11 @@ class ModelConfig:
     moe_score: str = "softmax"
     """Router scores: softmax (Mixtral, Qwen3-MoE: the top-k probabilities weight the experts) |
     sigmoid (DeepSeek-V3: the top-k scores renormalised to sum to 1)."""
+    moe_balance_coeff: float = 0.0
+    """Auxiliary-loss-free load balancing (Wang et al. 2024, DeepSeek-V3's bias update speed): after
+    every optimizer step each MoE block's per-expert routing bias moves by this much, up for the
+    experts below the mean load and down for those above (the step's load summed over
+    data-parallel ranks); the bias only steers which experts are picked. 0 = off."""
     moe_grouped_mm: bool = True
     """Run the experts through torch._grouped_mm where it runs for the device and dtype (one GEMM
     for all experts); false, or where it does not run, a loop over experts (one GEMM each, and a
@@ -79,6 +84,8 @@ class ModelConfig:
             self.moe_ffn = max(1, 4 * self.d_model // max(1, self.moe_top_k))
         if self.moe_experts < 0 or self.moe_shared_experts < 0 or self.moe_dense_layers < 0 or self.moe_ffn < 1:
             _fail("model.moe_experts, model.moe_shared_experts and model.moe_dense_layers must be >= 0, model.moe_ffn >= 1")
+        if self.moe_balance_coeff < 0:
+            _fail(f"model.moe_balance_coeff must be >= 0, got {self.moe_balance_coeff}")
         if self.moe_score not in MOE_SCORES:
             _fail(f"model.moe_score must be softmax or sigmoid, got {self.moe_score!r}")
         if self.moe_experts:

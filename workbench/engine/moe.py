@@ -15,7 +15,8 @@ experts → combine over all-to-all; steps 1, 2 and 4 stay on the token's rank.
 
 ``tokens_per_expert`` counts the tokens this rank routed to each expert (all experts, global ids)
 since the start, as torchtitan's buffer does: the capture reads how much it grew per step
-(workbench.capture.experts). ``skew`` is the ``faults.skewed_routing`` toggle.
+(workbench.capture.experts). ``expert_bias`` steers the choice towards balance
+(:func:`update_expert_bias`, ``model.moe_balance_coeff``); ``skew`` is the ``faults.skewed_routing`` toggle.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -67,16 +69,16 @@ class Router(nn.Module):
         super().__init__()
         self.gate = nn.Linear(cfg.d_model, cfg.moe_experts, bias=False)
         self.top_k, self.score = cfg.moe_top_k, cfg.moe_score
+        self.register_buffer("expert_bias", torch.zeros(cfg.moe_experts), persistent=True)
         self.skew: tuple[float, int] = (0.0, 0)
         """(strength, experts): faults.skewed_routing, added to those experts' scores for the choice only."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.gate(x).float()  # fp32 scores, as torchtitan: a bf16 softmax over experts ties often
         scores = logits.softmax(-1) if self.score == "softmax" else logits.sigmoid()
-        choice = scores
+        choice = scores + self.expert_bias  # the balancing bias picks, the scores weigh
         strength, favoured = self.skew
         if strength:
-            choice = scores.clone()
             choice[:, :favoured] += strength
         ids = choice.topk(self.top_k, dim=-1).indices
         weights = scores.gather(1, ids)
@@ -159,3 +161,25 @@ class MoE(nn.Module):
         y = self.shared(x) if self.shared is not None else torch.zeros_like(x)
         y = y.index_add(0, token, out.to(y.dtype))
         return y.reshape(B, T, d)
+
+
+@torch.no_grad()
+def update_expert_bias(model: nn.Module, coeff: float, group: dist.ProcessGroup | None = None, ranks: int = 1) -> None:
+    """Auxiliary-loss-free balancing (Wang et al. 2024, arXiv 2408.15664): each MoE block's
+    ``expert_bias`` += coeff · sign(mean load − load), the load being the tokens routed since the
+    last update, summed over the ``ranks`` data-parallel ranks of ``group`` (None: the default group). Call after
+    each optimizer step: every rank then holds the same biases. One all-reduce for all blocks."""
+    moes = [m for m in model.modules() if isinstance(m, MoE)]
+    if not moes or not coeff:
+        return
+    loads = []
+    for m in moes:
+        seen = getattr(m, "_balanced_at", None)
+        loads.append(m.tokens_per_expert - (seen if seen is not None else 0))
+        m._balanced_at = m.tokens_per_expert.clone()
+    load = torch.stack(loads).float()
+    if ranks > 1:
+        dist.all_reduce(load, group=group)
+    delta = coeff * torch.sign(load.mean(-1, keepdim=True) - load)
+    for m, d in zip(moes, delta):
+        m.router.expert_bias += d - d.mean()  # centred: only the differences between experts matter

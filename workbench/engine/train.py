@@ -54,6 +54,7 @@ from workbench.engine.config import Config, load_config
 from workbench.engine.data import build_loader
 from workbench.engine.faults import host_sync, straggle
 from workbench.engine.model import GPT, loss_fn
+from workbench.engine.moe import update_expert_bias
 from workbench.engine.optim import clip_grads, grad_norm, optimizer_class_and_kwargs
 from workbench.engine.parallel import parallelize
 
@@ -167,6 +168,8 @@ def train(cfg: Config) -> list[float]:
         with _lr_scaled(opt, cfg.faults.lr_spike_factor if step == cfg.faults.lr_spike_step else 1.0):
             opt.step()
         opt.zero_grad(set_to_none=True)
+        if cfg.model.moe_balance_coeff:
+            update_expert_bias(par.model, cfg.model.moe_balance_coeff, par.dp_group, par.dp_size)
         loss_value = global_loss.item()  # note: a host sync point, once per step, for the log line
         losses.append(loss_value)
         dt_ms = (time.perf_counter() - t0) * 1e3

@@ -12,8 +12,11 @@ Thresholds (``BANDS``, MaxVio of the worst layer): info ≥ 0.5 (the busiest exp
 mean work: the auxiliary-loss baselines' level), warning ≥ 1.0 (2×), critical ≥ 2.0 (3×); ours.
 A balanced random router is uneven by chance too: the layer must also exceed ``NOISE_FACTOR`` ×
 sqrt(2·ln E / m), the MaxVio a balanced router reaches with m tokens per expert on average
-(analysis.experts.noise_maxvio; the engine's balanced tiny MoE on 2 gloo ranks measured 0.2–0.3
-with m = 128, its noise 0.18).
+(analysis.experts.noise_maxvio). Measured on the engine's tiny MoE (8 experts, top-2, 2 gloo
+ranks, m = 256, chance 0.13): 0.27–0.32 per step with the router as initialised, 0.10–0.28 with
+the auxiliary-loss-free bias balancing it (traces/engine_moe_balanced: 0.11 and 0.18 per layer),
+0.5–1.5 and growing when it trains at lr 1e-3 unbalanced (it drifts towards a few experts), 3.0 with
+the planted skew (traces/engine_moe_skewed).
 
 What it costs: with expert parallelism the rank holding the busiest experts does up to
 max / mean times the balanced expert work while the others wait at the combine all-to-all, and
@@ -75,12 +78,13 @@ def expert_imbalance(ctx: Context) -> Diagnosis | None:
         recommendation=("balance the router: a per-expert bias on the routing scores updated from the load "
                         "(auxiliary-loss-free balancing, DeepSeek-V3; torchtitan's load_balance_coeff) or a "
                         "load-balancing auxiliary loss (Switch Transformer; Mixtral's router_aux_loss_coef); "
-                        "in the engine, the planted skew is faults.skewed_routing"),
+                        "in the engine, model.moe_balance_coeff (the bias), and the planted skew is "
+                        "faults.skewed_routing"),
         estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None,
                         "expert_work_saved_pct": round(100.0 * (1.0 - 1.0 / ratio), 1) if ratio > 0 else 0.0,
                         "formula": "expert work beyond the mean = 1 − mean / max load of the worst layer; with "
                                    "expert parallelism the other ranks wait for it (the trace does not separate the "
                                    "experts' share of the step: no step-time gain claimed)"},
-        fix=["faults.skewed_routing"],
+        fix=["model.moe_balance_coeff", "faults.skewed_routing"],
         ranks=sorted(int(r) for r in ctx.experts),
     )
