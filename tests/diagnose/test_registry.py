@@ -40,6 +40,7 @@ FIRING = {
     "host_sync": DATA / "gpu_prep_sync",
     "pageable_memcpy": DATA / "gpu_pageable",
     "straggler_rank": TRACES / "fault_straggler",
+    "expert_imbalance": TRACES / "engine_moe_skewed",
     "pipeline_bubble": TRACES / "engine_pp_1f1b_m8",
     "low_mfu": TRACES / "gpu_slow_data",
     "fp32_matmul": TRACES / "gpu_memory_heavy",
