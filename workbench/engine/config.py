@@ -283,7 +283,8 @@ class FaultsConfig:
     """Add this to the router's scores of the first ``skewed_experts`` experts when it picks each
     token's top-k (not to the weights it mixes them with; 0 = off). Scores are at most 1, so from
     1.0 on every token picks them: each of those experts gets every token of every MoE block, the
-    busiest expert moe_experts / moe_top_k times the mean load (MoE models only)."""
+    busiest expert moe_experts / moe_top_k times the mean load when skewed_experts <= moe_top_k (MoE
+    models only)."""
     skewed_experts: int = 1
     """How many experts ``skewed_routing`` favours (experts 0 .. skewed_experts - 1)."""
 

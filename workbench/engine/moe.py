@@ -39,9 +39,10 @@ def grouped_mm_runs(device: torch.device, dtype: torch.dtype) -> bool:
     key = (device.type, dtype)
     if key not in _GROUPED_MM_RUNS:
         try:
-            x = torch.randn(4, 8, device=device, dtype=dtype, requires_grad=True)
-            w = torch.randn(2, 8, 8, device=device, dtype=dtype, requires_grad=True)
-            y = torch._grouped_mm(x, w, offs=torch.tensor([1, 4], device=device, dtype=torch.int32))
+            # 16-wide rows: GPU kernels want 16-byte-aligned strides
+            x = torch.randn(32, 16, device=device, dtype=dtype, requires_grad=True)
+            w = torch.randn(2, 16, 16, device=device, dtype=dtype, requires_grad=True)
+            y = torch._grouped_mm(x, w, offs=torch.tensor([8, 32], device=device, dtype=torch.int32))
             y.backward(torch.randn_like(y))  # a real gradient: an expanded one has no kernel on CPU
             _GROUPED_MM_RUNS[key] = True
         except (AttributeError, RuntimeError, NotImplementedError):
