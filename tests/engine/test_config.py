@@ -36,6 +36,24 @@ def test_model_param_count_matches_the_built_model():
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("sets", [
+    ["model.moe_experts=8"],
+    ["model.moe_experts=8", "model.moe_shared_experts=2", "model.moe_dense_layers=1", "model.tie_embeddings=false",
+     "model.moe_ffn=48", "model.moe_top_k=3"],
+])
+def test_moe_param_counts_match_the_built_model(sets):
+    from workbench.engine.model import GPT
+
+    cfg = load_config(None, sets).model
+    model = GPT(cfg)
+    assert model.num_params() == cfg.num_params()
+    assert model.num_params(active=True) == cfg.num_params(active=True)
+    # active = total - the routed experts a token does not use: (E - k) / E of them
+    routed = cfg.moe_layers * cfg.moe_experts * 3 * cfg.d_model * cfg.moe_ffn
+    assert cfg.num_params() - cfg.num_params(active=True) == routed * (cfg.moe_experts - cfg.moe_top_k) // cfg.moe_experts
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("sets, world, message", [
     (["data.bogus=1"], 1, "unknown config key data.bogus"),
     (["optim.lr=1"], 1, "unknown config section 'optim'"),
@@ -54,6 +72,16 @@ def test_model_param_count_matches_the_built_model():
     (["data.num_workers=0", "data.prefetch_factor=4"], 1, "need data.num_workers > 0"),
     (["parallel.mode=single"], 2, "runs on one rank, not 2"),
     (["data.batch_size=\"eight\""], 1, "config section 'data'"),
+    (["model.moe_experts=6", "parallel.ep=4"], 4, "model.moe_experts (6) must be divisible by parallel.ep (4)"),
+    (["model.moe_experts=8", "parallel.ep=2"], 3, "parallel.ep (2) must divide the data-parallel ranks (dp = 3"),
+    (["parallel.ep=2"], 2, "parallel.ep=2 needs a mixture-of-experts model"),
+    (["model.moe_experts=8", "parallel.ep=2", "parallel.mode=zero3"], 2, "runs under parallel.mode = \"ddp\""),
+    (["model.moe_experts=4", "model.moe_top_k=5"], 1, "model.moe_top_k (5) must be between 1 and model.moe_experts (4)"),
+    (["model.moe_experts=4", "model.moe_dense_layers=2"], 1, "leaves no MoE block of model.n_layer (2)"),
+    (["model.moe_experts=4", "model.moe_score=relu"], 1, "model.moe_score must be softmax or sigmoid"),
+    (["faults.skewed_routing=1.0"], 1, "faults.skewed_routing needs a mixture-of-experts model"),
+    (["model.moe_experts=4", "faults.skewed_routing=1.0", "faults.skewed_experts=4"], 1, "must be fewer than model.moe_experts"),
+    (["model.moe_experts=8", "parallel.ep=2", "checkpoint.dir=\"ck\""], 2, "checkpoint.dir with parallel.ep > 1"),
 ])
 def test_impossible_configs_are_one_clear_error(sets, world, message):
     with pytest.raises(WorkbenchError, match=None) as e:

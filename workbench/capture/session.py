@@ -32,6 +32,7 @@ from workbench.capture.sampler import Sampler, open_nvml
 from workbench.capture.device_clock import DeviceStepClock
 from workbench.capture.memory import MemoryRecorder, say
 from workbench.capture.steps import StepSource, make_source
+from workbench.capture.experts import ExpertLoad
 
 _ACTIVE: "CaptureSession | None" = None
 MAX_UNWRITTEN_ROWS = 256
@@ -93,6 +94,9 @@ class CaptureConfig:
     memory_history: int = 0
     """Record the CUDA allocator's history, at most this many entries (0: off; CUDA only), written to
     memory_snapshot_rank{r}.pickle at an out-of-memory error and at the end (capture.memory)."""
+    expert_load: bool = True
+    """Record mixture-of-experts layers' tokens per expert during the profiled steps
+    (workbench.capture.experts; nothing is installed outside the window)."""
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1:
@@ -121,7 +125,8 @@ class CaptureConfig:
                    activities=env.get("WORKBENCH_ACTIVITIES") or _DEFAULTS["activities"],
                    fwd_bwd=flag("WORKBENCH_FWD_BWD", _DEFAULTS["fwd_bwd"]),
                    trace_only=flag("WORKBENCH_TRACE_ONLY", _DEFAULTS["trace_only"]),
-                   memory_history=int(env.get("WORKBENCH_MEMORY_HISTORY") or 0))
+                   memory_history=int(env.get("WORKBENCH_MEMORY_HISTORY") or 0),
+                   expert_load=flag("WORKBENCH_EXPERT_LOAD", _DEFAULTS["expert_load"]))
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(CaptureConfig)}
@@ -237,6 +242,7 @@ class CaptureSession:
         self._orig_next = None
         self._prof: profile | None = None
         self._sampler: Sampler | None = None
+        self._experts: ExpertLoad | None = None
         self._steps_file = open(self.out / contract.steps_name(self.rank), "w", newline="")
         self._steps = csv.DictWriter(self._steps_file, fieldnames=contract.STEP_COLUMNS, extrasaction="ignore")
         self._steps.writeheader()
@@ -247,7 +253,8 @@ class CaptureSession:
         c = self.config
         return {"profiler": c.profiler, "activities": c.activities, "record_shapes": c.record_shapes,
                 "profile_memory": c.profile_memory, "with_stack": c.with_stack, "fwd_bwd": c.fwd_bwd,
-                "trace_only": c.trace_only, "sampler": c.sampler, "memory_history": c.memory_history}
+                "trace_only": c.trace_only, "sampler": c.sampler, "memory_history": c.memory_history,
+                "expert_load": c.expert_load}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "CaptureSession":
@@ -273,6 +280,9 @@ class CaptureSession:
             self._prof = _profiler(c, self._trace_ready)
             self._prof.start()
             self._watch_scripts_profiler()
+            if c.expert_load:  # expert load: hooks during the recorded steps only
+                self._experts = ExpertLoad(self.out, self.rank)
+                self._experts.step_ended(None, recorded=False, record_next=self._phase() == "record")
         self._source = make_source(c.steps_from, self._end_step, self._resolved,
                                    time_fallback=not (self.world_size > 1 and stopping), rank=self.rank)
         self._source.install()
@@ -285,7 +295,8 @@ class CaptureSession:
         it stops capturing and removes its own rank files, which the spawned processes write."""
         self.handed_over = True
         self.stop()
-        for name in (contract.steps_name(self.rank), contract.env_name(self.rank), contract.nvml_name(self.rank)):
+        for name in (contract.steps_name(self.rank), contract.env_name(self.rank), contract.nvml_name(self.rank),
+                     contract.experts_name(self.rank)):
             try:
                 (self.out / name).unlink(missing_ok=True)
             except OSError:
@@ -316,6 +327,11 @@ class CaptureSession:
         if self._memory is not None:
             memory, self._memory = self._memory, None
             memory.stop()
+        if self._experts is not None:
+            experts, self._experts = self._experts, None
+            experts.close()
+            if experts.failed is not None:
+                self._write_failed(contract.experts_name(self.rank), experts.failed)
         self._unpatch_dataloader()
         if self._sampler is not None:
             self._sampler.stop()
@@ -477,6 +493,8 @@ class CaptureSession:
         self.step += 1
         if self._prof is not None:
             self._prof.step()  # the trace export, when the window ends here: seconds on big steps
+        if self._experts is not None:
+            self._experts.step_ended(row["step"], recorded=phase == "record", record_next=self._phase() == "record")
         self._step_start, self._step_t0 = time.time(), time.perf_counter()
         row["capture_ms"] = f"{(self._step_t0 - t) * 1e3:.3f}"
         self._clock.start()  # the next step's GPU start, after the capture's own work

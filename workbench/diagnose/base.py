@@ -77,6 +77,8 @@ class Context:
     """rank → its frames (workbench.analysis.frames.RankFrames)."""
     steps: dict = field(default_factory=dict)
     """rank → steps_rank{r}.csv frame (contract.STEP_COLUMNS) or None."""
+    experts: dict = field(default_factory=dict)
+    """rank → experts_rank{r}.csv frame (contract.EXPERT_COLUMNS), for the ranks that recorded expert load."""
     capacity_bytes: int | None = None
     world_size: int = 1
     trace_wait_ms: dict = field(default_factory=dict)

@@ -23,6 +23,7 @@ PRESETS = ENGINE_PRESETS
 """GPT sizes: (n_layer, n_head, d_model, seq_len, vocab), workbench.format.presets."""
 MODES = ("single", "ddp", "zero1", "zero2", "zero3", "tp", "pp")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "topk", "sign")
+MOE_SCORES = ("softmax", "sigmoid")
 
 
 def _fail(msg: str) -> None:
@@ -45,6 +46,29 @@ class ModelConfig:
     """Vocabulary size (50304 = GPT-2's 50257 padded to a multiple of 64)."""
     tie_embeddings: bool = True
     """Share the token embedding with the output head (nanoGPT); pipeline stages cannot."""
+    moe_experts: int = 0
+    """Routed experts per mixture-of-experts block (0 = a dense model: every block has the GELU MLP)."""
+    moe_top_k: int = 2
+    """Routed experts each token is sent to (the router's top-k)."""
+    moe_shared_experts: int = 0
+    """Shared experts every token also goes through (one SwiGLU MLP moe_shared_experts x moe_ffn wide)."""
+    moe_ffn: int | None = None
+    """One expert's hidden width (SwiGLU); default 4 x d_model / moe_top_k, so a token's routed
+    experts hold as many hidden units as the dense MLP."""
+    moe_dense_layers: int = 0
+    """The first blocks keep the dense MLP, the rest are MoE (DeepSeek-V3's first_k_dense_replace)."""
+    moe_score: str = "softmax"
+    """Router scores: softmax (Mixtral, Qwen3-MoE: the top-k probabilities weight the experts) |
+    sigmoid (DeepSeek-V3: the top-k scores renormalised to sum to 1)."""
+    moe_balance_coeff: float = 0.0
+    """Auxiliary-loss-free load balancing (Wang et al. 2024, DeepSeek-V3's bias update speed): after
+    every optimizer step each MoE block's per-expert routing bias moves by this much, up for the
+    experts below the mean load and down for those above (the step's load summed over
+    data-parallel ranks); the bias only steers which experts are picked. 0 = off."""
+    moe_grouped_mm: bool = True
+    """Run the experts through torch._grouped_mm where it runs for the device and dtype (one GEMM
+    for all experts); false, or where it does not run, a loop over experts (one GEMM each, and a
+    host sync for their token counts)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -56,13 +80,39 @@ class ModelConfig:
                 _fail(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_head:
             _fail(f"model.d_model ({self.d_model}) must be divisible by model.n_head ({self.n_head})")
+        if self.moe_ffn is None:
+            self.moe_ffn = max(1, 4 * self.d_model // max(1, self.moe_top_k))
+        if self.moe_experts < 0 or self.moe_shared_experts < 0 or self.moe_dense_layers < 0 or self.moe_ffn < 1:
+            _fail("model.moe_experts, model.moe_shared_experts and model.moe_dense_layers must be >= 0, model.moe_ffn >= 1")
+        if self.moe_balance_coeff < 0:
+            _fail(f"model.moe_balance_coeff must be >= 0, got {self.moe_balance_coeff}")
+        if self.moe_score not in MOE_SCORES:
+            _fail(f"model.moe_score must be softmax or sigmoid, got {self.moe_score!r}")
+        if self.moe_experts:
+            if not 1 <= self.moe_top_k <= self.moe_experts:
+                _fail(f"model.moe_top_k ({self.moe_top_k}) must be between 1 and model.moe_experts ({self.moe_experts})")
+            if self.moe_dense_layers >= self.n_layer:
+                _fail(f"model.moe_dense_layers ({self.moe_dense_layers}) leaves no MoE block of model.n_layer ({self.n_layer})")
 
-    def num_params(self) -> int:
-        """Parameters of model.GPT with this config, without building it (for config checks)."""
+    @property
+    def moe_layers(self) -> int:
+        """Blocks with a mixture-of-experts MLP."""
+        return self.n_layer - self.moe_dense_layers if self.moe_experts else 0
+
+    def num_params(self, active: bool = False) -> int:
+        """Parameters of model.GPT with this config, without building it (for config checks);
+        ``active``: those one token uses (the routed experts x moe_top_k / moe_experts, the
+        torchtitan convention)."""
         d, L, V = self.d_model, self.n_layer, self.vocab
-        per_block = 4 * d * d + 4 * d + 8 * d * d + 5 * d + 4 * d  # attn q,k,v,proj; mlp fc,proj; 2 LN
+        attn = 4 * d * d + 4 * d + 2 * 2 * d  # q, k, v, proj with biases; two LayerNorms
+        dense = 8 * d * d + 5 * d  # fc (d -> 4d) and proj with biases
         head = 0 if self.tie_embeddings else V * d
-        return V * d + self.seq_len * d + L * per_block + 2 * d + head
+        routed = self.moe_experts * 3 * d * self.moe_ffn  # SwiGLU: gate, up, down, no bias
+        if active and self.moe_experts:
+            routed = routed * self.moe_top_k // self.moe_experts
+        moe = d * self.moe_experts + routed + self.moe_shared_experts * 3 * d * self.moe_ffn  # router + experts
+        blocks = L * attn + (L - self.moe_layers) * dense + self.moe_layers * moe
+        return V * d + self.seq_len * d + blocks + 2 * d + head
 
 
 @dataclass(kw_only=True, slots=True)
@@ -114,6 +164,10 @@ class ParallelConfig:
     """PowerSGD matrix approximation rank."""
     topk_ratio: float = 0.01
     """Share of gradient entries top-k sends per bucket."""
+    ep: int = 1
+    """Expert-parallel degree (MoE models, mode ddp): each group of ep data-parallel ranks splits
+    every MoE block's routed experts (model.moe_experts / ep each) and sends each token to the
+    rank of its experts and back with all_to_all_single (dispatch and combine)."""
     reshard_after_forward: bool | None = None
     """FSDP2: free gathered parameters after forward (True = ZeRO-3; default follows mode)."""
     fsdp_prefetch: int = 1
@@ -155,6 +209,13 @@ class ParallelConfig:
             _fail(f"parallel.topk_ratio must be in (0, 1], got {self.topk_ratio}")
         if self.bucket_cap_mb <= 0 or self.fsdp_prefetch < 0:
             _fail("parallel.bucket_cap_mb must be > 0 and parallel.fsdp_prefetch >= 0")
+        if self.ep < 1:
+            _fail(f"parallel.ep must be >= 1, got {self.ep}")
+        if self.ep > 1 and self.mode != "ddp":
+            # FSDP2 would shard the experts' slices again, ZeRO-1 broadcast one rank's experts over the
+            # others', TP and PP split the tokens' ranks differently: none is built here
+            _fail(f"parallel.ep={self.ep} runs under parallel.mode = \"ddp\" (experts sharded over data-parallel "
+                  f"ranks), not {self.mode}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -218,12 +279,22 @@ class FaultsConfig:
     a bad schedule or warm-up restart, which makes the loss spike on the steps after it."""
     lr_spike_factor: float = 1000.0
     """How much larger the learning rate is on ``lr_spike_step``."""
+    skewed_routing: float = 0.0
+    """Add this to the router's scores of the first ``skewed_experts`` experts when it picks each
+    token's top-k (not to the weights it mixes them with; 0 = off). Scores are at most 1, so from
+    1.0 on every token picks them: each of those experts gets every token of every MoE block, the
+    busiest expert moe_experts / moe_top_k times the mean load when skewed_experts <= moe_top_k (MoE
+    models only)."""
+    skewed_experts: int = 1
+    """How many experts ``skewed_routing`` favours (experts 0 .. skewed_experts - 1)."""
 
     def __post_init__(self) -> None:
         if self.straggler_ms < 0:
             _fail(f"faults.straggler_ms must be >= 0, got {self.straggler_ms}")
         if self.lr_spike_factor <= 0:
             _fail(f"faults.lr_spike_factor must be > 0, got {self.lr_spike_factor}")
+        if self.skewed_routing < 0 or self.skewed_experts < 1:
+            _fail("faults.skewed_routing must be >= 0 and faults.skewed_experts >= 1")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -270,6 +341,18 @@ class Config:
                 _fail(f"data.batch_size ({self.data.batch_size}) must be divisible by parallel.microbatches ({p.microbatches})")
             if t.grad_accum != 1:
                 _fail("parallel.mode = \"pp\" uses parallel.microbatches instead of train.grad_accum (set it to 1)")
+        if m.moe_experts and p.ep > 1 and m.moe_experts % p.ep:
+            _fail(f"model.moe_experts ({m.moe_experts}) must be divisible by parallel.ep ({p.ep})")
+        if p.ep > 1 and not m.moe_experts:
+            _fail(f"parallel.ep={p.ep} needs a mixture-of-experts model (model.moe_experts > 0)")
+        if p.ep > 1 and self.checkpoint.dir:
+            _fail("checkpoint.dir with parallel.ep > 1: each rank holds other experts under the same names, which DCP "
+                  "would save as one")
+        f = self.faults
+        if f.skewed_routing and not m.moe_experts:
+            _fail("faults.skewed_routing needs a mixture-of-experts model (model.moe_experts > 0)")
+        if f.skewed_routing and f.skewed_experts >= m.moe_experts:
+            _fail(f"faults.skewed_experts ({f.skewed_experts}) must be fewer than model.moe_experts ({m.moe_experts})")
         if p.mode == "pp" and self.faults.redundant_allgather:
             _fail("faults.redundant_allgather needs ranks that run the same blocks in lockstep: not with parallel.mode = \"pp\"")
 
@@ -298,6 +381,8 @@ class Config:
                 _fail(f"{pp} pipeline stages need model.n_layer >= {pp}")
             if p.microbatches < pp:
                 _fail(f"parallel.microbatches ({p.microbatches}) must be >= the {pp} pipeline stages")
+        if p.ep > 1 and dp % p.ep:
+            _fail(f"parallel.ep ({p.ep}) must divide the data-parallel ranks (dp = {dp} at world size {world_size})")
         if self.faults.straggler_rank >= world_size:
             _fail(f"faults.straggler_rank {self.faults.straggler_rank} does not exist at world size {world_size}")
         return dp, tp, pp

@@ -1,7 +1,8 @@
 """Fault toggles that reproduce real pathologies on purpose (``[faults]`` in the config).
 
 Each one does real work that the profiler sees, so the matching diagnosis has something to find:
-extra all-gathers, one rank's extra compute, device syncs, slow samples (see data.py).
+extra all-gathers, one rank's extra compute, device syncs, slow samples (see data.py), a router
+that sends most tokens to a few experts.
 """
 
 from __future__ import annotations
@@ -50,3 +51,13 @@ def host_sync(device: torch.device, loss: torch.Tensor) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return loss.detach().float().item()
+
+
+def skew_routing(blocks: list[nn.Module], strength: float, experts: int) -> None:
+    """Every MoE block's router adds ``strength`` to experts 0..experts-1's scores when it picks a
+    token's top-k (workbench.engine.moe.Router): the load a real router reaches when it collapses
+    onto a few experts, known in advance. At strength >= 1 (scores are <= 1) and experts <= top_k,
+    each favoured expert gets every token: max / mean load = moe_experts / moe_top_k."""
+    for b in blocks:
+        if hasattr(b, "moe"):
+            b.moe.router.skew = (float(strength), int(experts))

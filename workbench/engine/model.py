@@ -4,6 +4,8 @@ q, k and v are separate Linear layers (not one fused ``c_attn``) so that a Megat
 gives every tensor-parallel rank whole heads of each; attention reshapes with ``-1`` heads, so
 the same code runs on a full layer or on its local shard. Embeddings and head may be ``None``
 on pipeline stages that do not own them (torchtitan's trick): ``forward`` skips what is absent.
+With ``model.moe_experts`` > 0 the blocks after the first ``moe_dense_layers`` have a
+mixture-of-experts MLP (``block.moe``, workbench.engine.moe) in place of the dense one (``block.mlp``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from workbench.engine.config import ModelConfig
+from workbench.engine.moe import MoE
 
 
 def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -56,16 +59,19 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, moe: bool = False) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = Attention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = MLP(cfg)
+        if moe:
+            self.moe = MoE(cfg)
+        else:
+            self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        return x + (self.moe if hasattr(self, "moe") else self.mlp)(self.ln2(x))
 
 
 class GPT(nn.Module):
@@ -76,7 +82,8 @@ class GPT(nn.Module):
         self.pos_emb: nn.Embedding | None = nn.Embedding(cfg.seq_len, cfg.d_model)
         # A ModuleDict keyed "0".."L-1" keeps parameter names stable when a pipeline stage drops
         # blocks, so DCP checkpoints of stages line up with the whole model's.
-        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
+        self.blocks = nn.ModuleDict({str(i): Block(cfg, moe=bool(cfg.moe_experts) and i >= cfg.moe_dense_layers)
+                                     for i in range(cfg.n_layer)})
         self.ln_f: nn.LayerNorm | None = nn.LayerNorm(cfg.d_model)
         self.head: nn.Linear | None = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
         if cfg.tie_embeddings:
@@ -107,19 +114,26 @@ class GPT(nn.Module):
             x = self.head(self.ln_f(x))
         return x
 
-    def num_params(self, non_embedding: bool = False) -> int:
+    def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         """Parameters counted once (a tied head is not counted twice); optionally without the
-        position embedding, as the PaLM FLOP count's N leaves it out."""
+        position embedding, as the PaLM FLOP count's N leaves it out; ``active``: the routed
+        experts counted x moe_top_k / moe_experts (those one token uses, torchtitan's convention).
+        Counted before expert parallelism shards the experts."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and self.pos_emb is not None:
             n -= self.pos_emb.weight.numel()
+        if active and self.cfg.moe_experts:
+            routed = sum(p.numel() for b in self.blocks.values() if hasattr(b, "moe") for p in b.moe.experts.parameters())
+            n -= routed - routed * self.cfg.moe_top_k // self.cfg.moe_experts
         return n
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token, PaLM appendix B: 6N + 12·L·H·Q·T (attention's score matmuls),
-        with N non-embedding parameters, L layers, H heads, Q head dim, T sequence length."""
+        with N the non-embedding parameters a token uses (MoE: active ones), L layers, H heads, Q head
+        dim, T sequence length."""
         c = self.cfg
-        return 6 * self.num_params(non_embedding=True) + 12 * c.n_layer * c.n_head * (c.d_model // c.n_head) * c.seq_len
+        n = self.num_params(non_embedding=True, active=True)
+        return 6 * n + 12 * c.n_layer * c.n_head * (c.d_model // c.n_head) * c.seq_len
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

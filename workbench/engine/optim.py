@@ -51,11 +51,16 @@ def grad_norm(params: list[torch.nn.Parameter], pp_group: dist.ProcessGroup | No
     """The global L2 norm of all gradients. Sums of squares of DTensor shards (FSDP2, TP) are
     added up locally per (mesh, sharded dims) and all-reduced once over each sharded mesh
     dimension, not once per parameter (a few collectives per step instead of one per tensor);
-    pipeline stages' sums are added over the pipeline group."""
+    pipeline stages' sums are added over the pipeline group; expert-parallel shards' (tagged
+    ``expert_group``, engine.parallel.ep) over their ep group."""
     groups: dict[tuple, list[torch.Tensor]] = {}
+    experts: dict[dist.ProcessGroup, list[torch.Tensor]] = {}
     for p in params:
         g = p.grad
         if g is None:
+            continue
+        if (ep_group := getattr(p, "expert_group", None)) is not None:
+            experts.setdefault(ep_group, []).append(g)
             continue
         if hasattr(g, "to_local"):
             # every non-replicated mesh dim splits the entries: Shard, and the _StridedShard that
@@ -73,6 +78,10 @@ def grad_norm(params: list[torch.nn.Parameter], pp_group: dist.ProcessGroup | No
         sq = torch.stack(torch._foreach_norm(grads)).float().pow(2).sum().to(device)
         for d in dims:  # shards on this mesh dimension hold disjoint entries: add them up
             dist.all_reduce(sq, group=mesh.get_group(d))
+        total = total + sq
+    for ep_group, grads in experts.items():  # each rank of the ep group holds other experts
+        sq = torch.stack(torch._foreach_norm(grads)).float().pow(2).sum().to(device)
+        dist.all_reduce(sq, group=ep_group)
         total = total + sq
     if pp_group is not None:
         dist.all_reduce(total, group=pp_group)

@@ -54,6 +54,7 @@ from workbench.engine.config import Config, load_config
 from workbench.engine.data import build_loader
 from workbench.engine.faults import host_sync, straggle
 from workbench.engine.model import GPT, loss_fn
+from workbench.engine.moe import update_expert_bias
 from workbench.engine.optim import clip_grads, grad_norm, optimizer_class_and_kwargs
 from workbench.engine.parallel import parallelize
 
@@ -105,7 +106,7 @@ def train(cfg: Config) -> list[float]:
     with torch.device(device):
         model = GPT(cfg.model)
     flops_per_token = model.flops_per_token()
-    n_params = model.num_params()
+    n_params, n_active = model.num_params(), model.num_params(active=True)
     par = parallelize(model, cfg, device)
     tp = cfg.degrees(world)[1]
     params = [p for p in par.model.parameters() if p.requires_grad]
@@ -126,7 +127,9 @@ def train(cfg: Config) -> list[float]:
             print(f"resumed from {ck.dir}/step_{last}", flush=True)
     loader = build_loader(cfg, dp_rank=par.dp_rank, dp_size=par.dp_size, start_step=start, device=device)
     if rank == 0:
-        print(f"model {n_params / 1e6:.1f}M params, mode {cfg.parallel.mode}, world {world} "
+        moe = (f", MoE {cfg.model.moe_layers} x {cfg.model.moe_experts} experts top-{cfg.model.moe_top_k} "
+               f"({n_active / 1e6:.1f}M active), ep {cfg.parallel.ep}") if cfg.model.moe_experts else ""
+        print(f"model {n_params / 1e6:.1f}M params{moe}, mode {cfg.parallel.mode}, world {world} "
               f"(dp {par.dp_size}, tp {tp}, pp {par.pp_size}), device {device}", flush=True)
 
     accum, mode = cfg.train.grad_accum, cfg.parallel.mode
@@ -152,6 +155,7 @@ def train(cfg: Config) -> list[float]:
                 if cfg.faults.host_sync_every_step:
                     host_sync(device, loss)
             loss_sum += loss.detach().float()
+        par.after_backward()  # expert-parallel gradients (what DDP left alone)
         if rank == cfg.faults.straggler_rank:
             straggle(cfg.faults.straggler_ms, device)
         norm = grad_norm(params, par.pp_group)
@@ -164,6 +168,8 @@ def train(cfg: Config) -> list[float]:
         with _lr_scaled(opt, cfg.faults.lr_spike_factor if step == cfg.faults.lr_spike_step else 1.0):
             opt.step()
         opt.zero_grad(set_to_none=True)
+        if cfg.model.moe_balance_coeff:
+            update_expert_bias(par.model, cfg.model.moe_balance_coeff, par.dp_group, par.dp_size)
         loss_value = global_loss.item()  # note: a host sync point, once per step, for the log line
         losses.append(loss_value)
         dt_ms = (time.perf_counter() - t0) * 1e3

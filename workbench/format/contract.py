@@ -14,6 +14,8 @@ A run directory ``traces/<run>/`` holds::
                                 error (workbench.capture.memory); newer runs only
     memory_snapshot_rank{r}.pickle  the CUDA allocator's history (``--memory-history N``), for
                                 PyTorch's memory viewer
+    experts_rank{r}.csv         tokens per expert of each mixture-of-experts layer, per profiled
+                                step (optional: only MoE jobs whose counts the capture could read)
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -35,6 +37,7 @@ ENV = "env_rank{rank}.json"
 STATUS = "status_rank{rank}.json"
 MEMORY = "memory_rank{rank}.json"
 MEMORY_SNAPSHOT = "memory_snapshot_rank{rank}.pickle"
+EXPERTS = "experts_rank{rank}.csv"
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -76,6 +79,16 @@ NVML_COLUMNS = (
     "cpu_util_pct",  # whole-machine CPU utilisation
     "proc_cpu_pct",  # this rank process (100 = one core)
     "rss_bytes",
+)
+
+# Columns of experts_rank{r}.csv (optional; older runs and dense models have none; readers must not
+# require it): one row per profiled step, MoE layer and routed expert.
+EXPERT_COLUMNS = (
+    "step",  # the step's index, as in steps_rank{r}.csv
+    "layer",  # the MoE layer's module name in the model (e.g. blocks.1.moe, model.layers.0.mlp.gate)
+    "expert",  # routed expert id, 0-based, global (the same under expert parallelism)
+    "tokens",  # token copies this rank routed to that expert in that layer during the step (forwards
+    #            only: recomputation in backward is not counted again)
 )
 
 # manifest.json["status"]
@@ -124,3 +137,7 @@ STATUS_KEYS = ("rank", "exit_code", "error", "signal", "stopped", "steps_from", 
                "steps_from_switched",  # [{"step", "from", "to"}]: auto's time windows gave way to iterations
                "profiler_yielded",  # the script ran its own torch.profiler: ours stood down (why)
                )
+
+
+def experts_name(rank: int) -> str:
+    return EXPERTS.format(rank=rank)

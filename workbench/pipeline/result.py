@@ -33,7 +33,8 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
           step_ms, <category>_pct, gpu_busy_pct (kernels, GPU runs) or compute_busy_pct (CPU),
           exposed_comm_pct (min over ranks), comm_ms_per_step, peak_reserved_gib,
           peak_allocated_gib, straggler_work_ratio, tokens_per_s, steady_step_ms, trace_step_ms,
-          capture_overhead_ratio, mfu_pct, hfu_pct (a key is present where it was measured)
+          capture_overhead_ratio, mfu_pct, hfu_pct, expert_maxvio (a key is present where it was
+          measured)
           step_ms and the <category>_pct cover the profiled steps set against the job's step;
           steady_step_ms and tokens_per_s the steady steps of the steps CSVs: step ≥ 1, not
           profiled, step time gpu_step_ms where captured; tokens_per_s = the script's own tokens
@@ -69,6 +70,11 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                                         # out-of-memory error) by category, summing to the reserved
                                         # peak; "planned": the planner's split of the run's own layout
                                         # (calibration.alternatives)
+      "expert_load": {                  # only where the capture recorded tokens per expert (MoE runs)
+        "source", "definition", "maxvio": float,   # the worst layer's MaxVio (mean over steps)
+        "layers": [{"layer", "steps", "experts", "tokens_per_step", "mean_tokens", "max_over_mean",
+                    "maxvio", "maxvio_max", "noise_maxvio", "hottest_experts", "hottest_share_pct"}]
+      }                                 # analysis.experts; an MoE run without it has a run warning
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -96,6 +102,7 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ memory (by category); diagnoses out_of_memory and job_failed (a failed run's verdict, "
                             "with or without a trace); a run whose steps are time windows says so in run.warnings and "
                             "the verdict, and leaves out metrics.steady_step_ms, tokens_per_s, mfu_pct, hfu_pct"),
+    ("workbench.analyze/1", "+ expert_load (MoE runs whose expert load was recorded); metrics.expert_maxvio"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -173,7 +180,8 @@ class Finding:
 
 METRIC_NAMES = ("step_ms", *(f"{c}_pct" for c in CATEGORIES), "trace_step_ms", "gpu_busy_pct", "compute_busy_pct",
                 "exposed_comm_pct", "comm_ms_per_step", "capture_overhead_ratio", "peak_reserved_gib",
-                "peak_allocated_gib", "straggler_work_ratio", "steady_step_ms", "tokens_per_s", "mfu_pct", "hfu_pct")
+                "peak_allocated_gib", "straggler_work_ratio", "steady_step_ms", "tokens_per_s", "mfu_pct", "hfu_pct",
+                "expert_maxvio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +209,7 @@ class Metrics:
     tokens_per_s: float | None = None
     mfu_pct: float | None = None
     hfu_pct: float | None = None
+    expert_maxvio: float | None = None
     keys: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, float | None]:
@@ -289,6 +298,8 @@ class Result:
     memory: dict | None = None
     """Memory by category (workbench.analysis.memory_categories), or None where nothing was measured."""
     json_schema: str = JSON_SCHEMA
+    expert_load: dict | None = None
+    """Tokens per expert and MaxVio per MoE layer (analysis.experts); None where not recorded."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -313,6 +324,7 @@ class Result:
             "model": self.model.to_json(),
             # absent where nothing was measured: documents of earlier releases read back unchanged
             **({"memory": _plain(self.memory)} if self.memory is not None else {}),
+            **({"expert_load": _plain(self.expert_load)} if self.expert_load is not None else {}),
         }
 
     @classmethod
@@ -333,7 +345,7 @@ class Result:
                    collectives=tuple(doc.get("collectives") or ()), clock={str(k): v for k, v in (doc.get("clock") or {}).items()},
                    efficiency=Efficiency.from_json(doc.get("efficiency")), model=ModelInfo.from_json(doc.get("model")),
                    memory=doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
-                   json_schema=doc.get("json_schema", JSON_SCHEMA))
+                   json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"))
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""

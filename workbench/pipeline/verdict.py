@@ -23,6 +23,7 @@ from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
 from workbench.analysis.failure import run_failure
+from workbench.analysis.experts import ROUTED_EXPERTS, expert_load_json, not_recorded_note
 from workbench.analysis.memory import GIB
 from workbench.analysis.memory_categories import rank_categories, run_categories
 from workbench.analysis.model import CONVENTION, value
@@ -44,10 +45,11 @@ FAILURE_IDS = ("out_of_memory", "job_failed")
 """Findings that say the job ended: the verdict's headline whatever else was found."""
 TIME_WINDOWS_VERDICT = "[steps are time windows, not iterations] "
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
-                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS, frames.STEP_TRANSIENT)
+                  frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS, frames.STEP_TRANSIENT,
+                  ROUTED_EXPERTS)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
 and the report's pages read the same; the planner's calibration reads ``gemm_calls`` and
-``step_transient``)."""
+``step_transient``; ``routed_experts`` says an MoE run lacks its expert load)."""
 READS = unique((*ANALYSIS_READS, *RULE_READS))
 """Every frame a run's analysis reads: what workbench.pipeline.reduce computes next to each trace."""
 
@@ -67,6 +69,7 @@ class Analysis:
     """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
     _model: dict | None = None
     _efficiency: dict | None = None
+    _expert_load: dict | None = None
     _result: Result | None = None
 
     def job_scale(self) -> pd.Series:
@@ -132,6 +135,8 @@ class Analysis:
         if self.time_windows:  # a window is not an iteration: no per-step rate is the job's
             for k in ("steady_step_ms", "tokens_per_s", "mfu_pct", "hfu_pct"):
                 out.pop(k, None)
+        if load := self.expert_load_json():
+            out["expert_maxvio"] = load["maxvio"]
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
     def model_json(self) -> dict[str, Any]:
@@ -140,6 +145,13 @@ class Analysis:
             ranks = self.per_rank_frames(frames.MODEL)
             self._model = run_model(ranks, self.run.world_size)
         return self._model
+
+    def expert_load_json(self) -> dict[str, Any] | None:
+        """The ``expert_load`` JSON key (analysis.experts.expert_load_json): per MoE layer the tokens
+        per expert and MaxVio of the profiled steps; None where no rank recorded them."""
+        if self._expert_load is None:
+            self._expert_load = expert_load_json(self.context.experts if self.context else {}) or {}
+        return self._expert_load or None
 
     def efficiency_frames(self) -> dict[int, Efficiency]:
         """analysis.kernel_classes.efficiency of every rank (FLOPs, MFU per step, kernel classes)."""
@@ -305,7 +317,8 @@ class Analysis:
                 clock={str(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
                 efficiency=Efficiency.from_json(self.efficiency_json()),
                 model=ModelInfo.from_json(self.model_json()),
-                memory=self.context.memory_by_category if self.context is not None else None)
+                memory=self.context.memory_by_category if self.context is not None else None,
+                expert_load=self.expert_load_json())
             self._result = Result.from_json(json.loads(json.dumps(r.to_json(), default=str)))
         return self._result
 
@@ -353,11 +366,18 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     breakdown = correct_breakdown(recorded, job, gpu)
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
+    experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
     ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps=steps, steps_warmup=warmup,
-                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure)
+                  capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
+                  experts=experts)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
-    return Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
-                    context=ctx, trace_breakdown=recorded, job=job)
+    a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
+                 context=ctx, trace_breakdown=recorded, job=job)
+    if not experts:  # an MoE run without its expert load says so (analysis.experts)
+        evidence = {r: ctx.frame(ROUTED_EXPERTS, r) for r in ranks}
+        if note := not_recorded_note(evidence, value(a.model_json(), "experts")):
+            run.warnings.append(note)
+    return a
 
 
 def iteration_steps(steps: dict, manifest: dict, warnings: list[str]) -> dict:

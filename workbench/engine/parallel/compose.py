@@ -1,8 +1,9 @@
 """``parallelize()``: apply the parallelisms of the config to a freshly built model, in order.
 
 The order follows torchtitan: tensor parallel first (it rewrites Linear weights into DTensors),
-then activation checkpointing and compile (they wrap blocks and must see the final weights),
-then the data-parallel wrapper (FSDP2 shards what TP left; DDP registers hooks on the result).
+expert parallel next (it keeps this rank's slice of the experts), then activation checkpointing
+and compile (they wrap blocks and must see the final weights), then the data-parallel wrapper
+(FSDP2 shards what TP left; DDP registers hooks on the result and leaves the experts alone).
 Pipeline parallel cuts the model into a stage before any of that, and builds its schedule last,
 around the final (with dp > 1: FSDP2-sharded) stage module.
 """
@@ -18,7 +19,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from workbench.engine.config import Config
-from workbench.engine.faults import add_redundant_allgather
+from workbench.engine.faults import add_redundant_allgather, skew_routing
 
 
 @dataclass(slots=True)
@@ -38,6 +39,18 @@ class Parallelized:
     pp_group: dist.ProcessGroup | None = None
     mesh: DeviceMesh | None = None
     notes: list[str] = field(default_factory=list)
+    expert_params: list = field(default_factory=list)
+    """Expert-parallel shards (parallel.ep > 1): their gradients are synced by :meth:`after_backward`."""
+    edp_group: dist.ProcessGroup | None = None
+    """The ranks holding the same experts (None: one per ep group)."""
+
+    def after_backward(self) -> None:
+        """What the data-parallel wrapper does not do for the parameters it was told to leave alone
+        (call once per optimizer step, after the last backward): the experts' gradient mean."""
+        if self.expert_params:
+            from workbench.engine.parallel.ep import sync_expert_grads
+
+            sync_expert_grads(self.expert_params, self.edp_group, self.dp_size)
 
 
 def _bf16(cfg: Config, device: torch.device) -> bool:
@@ -90,20 +103,33 @@ def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallel
         apply_tp(model, out.mesh["tp"])
     elif p.mode not in ("pp", "single"):
         out.dp_rank, out.dp_size = dist.get_rank(), world
-    # 3. the fault: extra all-gathers after every block, over the ranks that run blocks in lockstep
+    # 3. expert parallel over the data-parallel ranks: an (edp, ep) mesh, ep innermost
+    if p.ep > 1:
+        from workbench.engine.parallel.ep import apply_ep
+
+        ep_mesh = init_device_mesh(device.type, (dp // p.ep, p.ep), mesh_dim_names=("edp", "ep"))
+        out.expert_params = apply_ep(model, ep_mesh.get_group("ep"))
+        out.edp_group = ep_mesh.get_group("edp") if dp > p.ep else None
+    # 4. the faults: extra all-gathers after every block, over the ranks that run blocks in
+    # lockstep; a router that favours a few experts
     if cfg.faults.redundant_allgather:
         add_redundant_allgather(list(model.blocks.values()), out.dp_group)
-    # 4. activation checkpointing, then compile, on the final blocks
+    if cfg.faults.skewed_routing:
+        skew_routing(list(model.blocks.values()), cfg.faults.skewed_routing, cfg.faults.skewed_experts)
+    # 5. activation checkpointing, then compile, on the final blocks
     if cfg.train.recompute_mode != "none":
         apply_ac(model, cfg.train.recompute_mode)
     if cfg.train.compile:
         for block in model.blocks.values():
             block.compile()
-    # 5. data parallel: DDP (+ZeRO-1 optimizer later), or FSDP2 (ZeRO-2/3, or the dp dim of 2D)
+    # 6. data parallel: DDP (+ZeRO-1 optimizer later), or FSDP2 (ZeRO-2/3, or the dp dim of 2D)
     if p.mode in ("ddp", "zero1"):
         from workbench.engine.parallel.ddp import apply_ddp
 
-        model = apply_ddp(model, p, device)
+        # DDP leaves alone what differs per rank: expert shards, and each rank's own expert counts
+        ignore = [n for n, q in model.named_parameters() if hasattr(q, "expert_group")]
+        ignore += [n for n, _ in model.named_buffers() if n.endswith("tokens_per_expert")]
+        model = apply_ddp(model, p, device, ignore=ignore)
     elif p.mode in ("zero2", "zero3") or (p.mode in ("tp", "pp") and dp > 1):
         # DP x PP uses FSDP2, not DDP: the pipeline stage knows both (it holds gradient reduction
         # until the last micro-batch), but torch 2.13's stage runs a real forward/backward for shape
@@ -118,7 +144,7 @@ def parallelize(model: nn.Module, cfg: Config, device: torch.device) -> Parallel
         apply_fsdp(model, mesh, reshard_after_forward=reshard, bf16=bf16, cpu_offload=p.cpu_offload,
                    prefetch=p.fsdp_prefetch)
         out.autocast_dtype = None  # FSDP2 casts parameters itself (MixedPrecisionPolicy)
-    # 6. pipeline schedule around the final stage module (FSDP2's, when dp > 1)
+    # 7. pipeline schedule around the final stage module (FSDP2's, when dp > 1)
     if p.mode == "pp":
         from workbench.engine.parallel.pp import build_schedule
 

@@ -113,8 +113,12 @@ def sign_hook(state: ErrorFeedback, bucket: dist.GradBucket) -> torch.futures.Fu
     return _done(out.div_(world))
 
 
-def apply_ddp(model: nn.Module, p: ParallelConfig, device: torch.device, group: dist.ProcessGroup | None = None) -> DDP:
-    """Wrap ``model`` in DDP over ``group`` and register ``p.comm_hook``."""
+def apply_ddp(model: nn.Module, p: ParallelConfig, device: torch.device, group: dist.ProcessGroup | None = None,
+              ignore: list[str] = ()) -> DDP:
+    """Wrap ``model`` in DDP over ``group`` and register ``p.comm_hook``; ``ignore``: names of
+    parameters and buffers DDP neither all-reduces nor broadcasts (expert-parallel shards)."""
+    if ignore:
+        DDP._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=p.bucket_cap_mb, process_group=group)
     nccl = dist.get_backend(group) == "nccl"

@@ -4,7 +4,8 @@ q, k, v and the MLP's first layer are split by output columns (each rank owns n_
 heads and 4d/tp hidden units); the attention output projection and the MLP's second layer by
 input rows, so each block costs two all-reduces of the activations in forward and two in
 backward. Embeddings, norms and head stay replicated (simple; a vocab-parallel head would save
-memory on big vocabularies).
+memory on big vocabularies). A mixture-of-experts MLP is not split: every tensor-parallel rank
+runs the whole MoE on the (replicated) block input.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
-    plan = {
+    attn = {
         "attn.q": ColwiseParallel(),
         "attn.k": ColwiseParallel(),
         "attn.v": ColwiseParallel(),
         "attn.proj": RowwiseParallel(),
-        "mlp.fc": ColwiseParallel(),
-        "mlp.proj": RowwiseParallel(),
     }
+    mlp = {"mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()}
     for block in model.blocks.values():
-        parallelize_module(block, tp_mesh, plan)
+        parallelize_module(block, tp_mesh, attn if hasattr(block, "moe") else {**attn, **mlp})
     return model
