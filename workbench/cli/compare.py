@@ -50,9 +50,10 @@ def _print(cmp: Comparison) -> None:
     from rich.table import Table
 
     from workbench.cli.console import out
+    from workbench.format.markup import line, plain
 
     con = out()
-    t = Table(title=f"A = {cmp.a.run.name}   B = {cmp.b.run.name}", title_justify="left")
+    t = Table(title=plain(f"A = {cmp.a.run.name}   B = {cmp.b.run.name}"), title_justify="left")
     for c in ("metric", "A", "B", "Δ", "Δ%"):
         t.add_column(c, justify="left" if c == "metric" else "right")
 
@@ -60,7 +61,7 @@ def _print(cmp: Comparison) -> None:
         return "–" if v is None or v != v else fmt.format(v)
 
     for row in cmp.metrics.to_dict("records"):
-        t.add_row(row["metric"], f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
+        t.add_row(plain(row["metric"]), f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
     con.print(t)
     if cmp.speedup_measured is not None:
         con.print(f"[bold]measured speed-up[/] (A step / B step, profiled steps): {cmp.speedup_measured:.2f}×")
@@ -71,10 +72,10 @@ def _print(cmp: Comparison) -> None:
         est = cmp.estimates.get(i)
         within = cmp.within_estimate(i)
         note = "" if est is None else f" — A estimated up to {est}×" + ("" if within is None else (" (within)" if within else " (beyond the estimate)"))
-        con.print(f"[green]resolved[/] {i}{note}")
+        con.print(line("[green]resolved[/] {}{}", i, note))
     for i in cmp.new:
-        con.print(f"[red]new[/] {i}")
+        con.print(line("[red]new[/] {}", i))
     for i in cmp.persisting:
-        con.print(f"[yellow]still[/] {i}")
+        con.print(line("[yellow]still[/] {}", i))
     if not (cmp.resolved or cmp.new or cmp.persisting):
         con.print("no warning-level diagnosis in either run")

@@ -69,8 +69,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                      "that fit, with memory per GPU and the step time split, and why the others lost.",
          examples=EXAMPLES, arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from workbench.cli.console import make
     from workbench.plan.report import print_plan, to_json
     from workbench.calibration.request import build_request
     from workbench.plan.search import plan
@@ -93,8 +92,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
-    con = Console(file=sys.stdout, highlight=False)
+    con = make(sys.stdout)
     if not con.is_terminal:
         con.width = max(con.width, 160)  # files and pipes: keep the table's columns whole
-    print_plan(doc, con, notes=Console(stderr=True, highlight=False, soft_wrap=True))
+    print_plan(doc, con, notes=make(stderr=True, soft_wrap=True))
     return 0
