@@ -15,6 +15,8 @@ JSON (``--json``, schema ``workbench.compare_plan/1``)::
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import json
 from pathlib import Path
 
@@ -115,7 +117,7 @@ def cmd_compare_plan(args) -> int:
 
     doc = compare_run_plan(args.a, read_plan(args.b), force=getattr(args, "force", False))
     if args.json:
-        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write(dumps(doc, indent=2))
         sys.stdout.write("\n")
         return 0
     from rich.console import Console

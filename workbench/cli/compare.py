@@ -3,6 +3,8 @@ workbench.pipeline.compare (or workbench.calibration.compare_plan) and prints; r
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import argparse
 import json
 import sys
@@ -38,7 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     cmp = compare_runs(analysed(args.a).result, analysed(args.b).result)
     if args.json:
-        json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write(dumps(cmp.to_json(), indent=2, default=str))
         sys.stdout.write("\n")
         return 0
     _print(cmp)

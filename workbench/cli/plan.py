@@ -3,6 +3,8 @@ work is in workbench.plan. Imports nothing heavy at registration (no torch, pand
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import argparse
 import json
 import sys
@@ -88,7 +90,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
             print(f"workbench: warning: {w}", file=sys.stderr)
-        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write(dumps(doc, indent=2))
         sys.stdout.write("\n")
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)

@@ -9,6 +9,8 @@ which adds the caches.
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,7 +289,7 @@ class Analysis:
                 clock={str(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
                 efficiency=Efficiency.from_json(self.efficiency_json()),
                 model=ModelInfo.from_json(self.model_json()))
-            self._result = Result.from_json(json.loads(json.dumps(r.to_json(), default=str)))
+            self._result = Result.from_json(json.loads(dumps(r.to_json(), default=str)))
         return self._result
 
     def to_json(self) -> dict[str, Any]:
