@@ -130,7 +130,7 @@ def print_analysis(result, con=None) -> None:
             con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
                       "or nothing beats the run by 3 %)")
     _print_model(r.model, r.metrics, con)
-    _print_efficiency(r.efficiency, con)
+    _print_efficiency(r.efficiency, con, withheld={i["figure"] for i in r.implausible})
     con.print(line("[bold]verdict:[/] {}", r.verdict))
 
 
@@ -165,20 +165,32 @@ def _print_model(model, metrics, con) -> None:
 ALTERNATIVES_SHOWN = 2
 
 
-def _print_efficiency(eff, con, top: int = 6) -> None:
-    """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes)."""
+def _print_efficiency(eff, con, top: int = 6, withheld: set[str] = frozenset()) -> None:
+    """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes); ``withheld``:
+    the figures past their physical bounds (``Result.implausible``), named as withheld."""
     if not eff:
         return
     mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff.dtype_flops_pct.items(), key=lambda kv: -kv[1]))
-    mfu = f"MFU {eff.mfu_pct:.1f}%" if eff.mfu_pct is not None else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
+    if eff.mfu_pct is not None:
+        mfu = f"MFU {eff.mfu_pct:.1f}%"
+    elif "efficiency.mfu_pct" in withheld:
+        mfu = "MFU withheld (past the device's peak: see the warning)"
+    else:
+        mfu = "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
     if eff.mfu_bf16_pct is not None and eff.mfu_bf16_pct != eff.mfu_pct:
         mfu += f" ({eff.mfu_bf16_pct:.1f}% of the bf16 peak)"
     if eff.hfu_pct is not None and eff.mfu_source == "model":
         mfu += f", HFU {eff.hfu_pct:.1f}%"
-    flops, rate = eff.flops_per_step, eff.achieved_tflops * 1e12
-    unit, scale = ("TFLOP", 1e12) if max(flops, rate) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
-    con.print(line("[bold]efficiency:[/] {}; FLOPs by dtype: {}",
-                   f"{flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s, {mfu}", mix))
+    elif "efficiency.hfu_pct" in withheld and eff.mfu_source == "model":
+        mfu += ", HFU withheld"
+    flops = eff.flops_per_step
+    rate = eff.achieved_tflops * 1e12 if eff.achieved_tflops is not None else None
+    unit, scale = ("TFLOP", 1e12) if max(flops, rate or 0) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
+    if rate is None:
+        rated = f"{flops / scale:.3g} {unit} per step (implausible: see the warning)"
+    else:
+        rated = f"{flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s"
+    con.print(line("[bold]efficiency:[/] {}; FLOPs by dtype: {}", f"{rated}, {mfu}", mix))
     if eff.mfu_source == "model":
         con.print(line("  MFU counts {}; HFU the FLOPs the trace executed", eff.mfu_convention))
     if eff.mfu_note:

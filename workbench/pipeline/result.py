@@ -60,8 +60,12 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                                         # ranks in one class (analysis.kernel_classes), largest first
         "other_kernels": [{"name", "calls", "time_ms"}]   # kernels no class matched, by name
       },
-      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}}
+      "model": {"kind", "convention", "fields": {NAME: {"value", "source", "confidence"}}},
                                         # analysis.model_run.run_model: the model the traces show
+      "implausible": [{"figure", "value", "bound", "why"}]
+                                        # present only where a figure was past its physical bound
+                                        # (workbench.pipeline.bounds): it is withheld (null) above,
+                                        # and a line of run.warnings says which evidence disagreed
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -86,6 +90,8 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ model; efficiency.hfu_pct, hfu_bf16_pct, mfu_source, mfu_convention, mfu_note, "
                             "model_flops_per_step (MFU counts the model's FLOPs); metrics.mfu_pct, hfu_pct"),
     ("workbench.analyze/1", "+ diagnoses[].alternatives (the planner's answers to a finding)"),
+    ("workbench.analyze/1", "+ implausible (figures withheld past their physical bounds), where there are any; "
+                            "no NaN or Infinity (a non-finite figure is null)"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -211,7 +217,7 @@ class Efficiency:
     """FLOPs, MFU and HFU of the job's step, and the kernel classes (``efficiency``)."""
 
     flops_per_step: float
-    achieved_tflops: float
+    achieved_tflops: float | None
     mfu_pct: float | None
     mfu_bf16_pct: float | None
     hfu_pct: float | None = None
@@ -277,6 +283,8 @@ class Result:
     efficiency: Efficiency | None = None
     model: ModelInfo = field(default_factory=ModelInfo)
     json_schema: str = JSON_SCHEMA
+    implausible: tuple[dict, ...] = ()
+    """Figures withheld past their physical bounds (workbench.pipeline.bounds): figure, value, bound, why."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -299,6 +307,7 @@ class Result:
             "clock": _plain(self.clock),
             "efficiency": self.efficiency.to_json() if self.efficiency else None,
             "model": self.model.to_json(),
+            **({"implausible": _plain(self.implausible)} if self.implausible else {}),
         }
 
     @classmethod
@@ -318,7 +327,7 @@ class Result:
                    verdict=doc.get("verdict") or "", metrics=Metrics.from_json(doc.get("metrics") or {}),
                    collectives=tuple(doc.get("collectives") or ()), clock={str(k): v for k, v in (doc.get("clock") or {}).items()},
                    efficiency=Efficiency.from_json(doc.get("efficiency")), model=ModelInfo.from_json(doc.get("model")),
-                   json_schema=doc.get("json_schema", JSON_SCHEMA))
+                   json_schema=doc.get("json_schema", JSON_SCHEMA), implausible=tuple(doc.get("implausible") or ()))
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""

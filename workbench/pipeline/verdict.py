@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.pipeline import reduce
+from workbench.pipeline import bounds, reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
@@ -62,6 +62,8 @@ class Analysis:
     step: analysis.job); the Timeline and "profiled steps" figures read this one."""
     job: pd.DataFrame | None = None
     """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
+    withheld: list[dict] = field(default_factory=list)
+    """Findings set aside because their evidence is past a physical bound (pipeline.bounds)."""
     _model: dict | None = None
     _efficiency: dict | None = None
     _result: Result | None = None
@@ -289,7 +291,8 @@ class Analysis:
                 clock={str(r): {"offset_us": t.clock_offset_us, "source": t.clock_source} for r, t in self.run.rank_info.items()},
                 efficiency=Efficiency.from_json(self.efficiency_json()),
                 model=ModelInfo.from_json(self.model_json()))
-            self._result = Result.from_json(json.loads(dumps(r.to_json(), default=str)))
+            # every figure held to its physical bound (pipeline.bounds), then as it reads back
+            self._result = Result.from_json(json.loads(dumps(bounds.apply(r.to_json(), self.withheld), default=str)))
         return self._result
 
     def to_json(self) -> dict[str, Any]:
@@ -334,8 +337,9 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
         if len(recorded) else {}
     ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits)
-    return Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
-                    context=ctx, trace_breakdown=recorded, job=job)
+    findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
+    return Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
+                    context=ctx, trace_breakdown=recorded, job=job, withheld=withheld)
 
 
 def _per_step_of_job(per_step: pd.DataFrame, scale: float) -> pd.DataFrame:
