@@ -65,8 +65,11 @@ def _print(cmp: Comparison) -> None:
     for row in cmp.metrics.to_dict("records"):
         t.add_row(plain(row["metric"]), f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
     con.print(t)
+    for m in cmp.mismatches:
+        con.print(line("[yellow]not like for like:[/] {}", m))
     if cmp.speedup_measured is not None:
-        con.print(f"[bold]measured speed-up[/] (A step / B step, profiled steps): {cmp.speedup_measured:.2f}×")
+        caveat = " — not a fix's speed-up: the runs differ in more than a change to the job (above)" if cmp.mismatches else ""
+        con.print(line("[bold]measured speed-up[/] (A step / B step, profiled steps): {}×{}", f"{cmp.speedup_measured:.2f}", caveat))
     con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
               "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (6·N + 12·L·h·s per token), "
               "hfu_pct the FLOPs the trace executed, both of the job's step")

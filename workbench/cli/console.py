@@ -27,9 +27,17 @@ def make(file=None, **kw):
     return Console(file=file, highlight=False, emoji=False, **kw)
 
 
+PIPED_WIDTH = 10_000
+"""A file or a pipe has no width: lines are written whole (no wrapping), tables at their own width."""
+
+
 def out():
-    """A rich console on stdout: the result."""
-    return make(sys.stdout)
+    """A rich console on stdout: the result. In a terminal it fits the terminal's width; into a
+    file or a pipe (``> verdict.txt``, ``| less``) each line is written whole, unwrapped."""
+    con = make(sys.stdout)
+    if not con.is_terminal:
+        con = make(sys.stdout, width=PIPED_WIDTH, soft_wrap=True)
+    return con
 
 
 def err():
@@ -95,15 +103,7 @@ def print_analysis(result, con=None) -> None:
         con.print(line("[yellow]warning:[/] {}", w))
     covered = summary.steps_covered
     title = "mean per step (ms)" + (f" — {covered}" if covered and covered.startswith("the job") else ", profiled steps")
-    t = Table(title=plain(title), title_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("step", justify="right")
-    for c in categories:
-        t.add_column(plain(c), justify="right")
-    for row in summary.per_rank:
-        t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
-                  *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
-    con.print(t)
+    con.print(rank_table(summary.per_rank, categories, title, con.width))
     if summary.note:  # the recorded steps were not the job's
         con.print(line("[cyan]note:[/] {}", summary.note))
     from workbench.format.overhead import describe
@@ -132,6 +132,34 @@ def print_analysis(result, con=None) -> None:
     _print_model(r.model, r.metrics, con)
     _print_efficiency(r.efficiency, con, withheld={i["figure"] for i in r.implausible})
     con.print(line("[bold]verdict:[/] {}", r.verdict))
+
+
+def rank_table(per_rank, categories: list[str], title: str, width: int):
+    """The per-rank table of the step's categories, ``ms (share)`` a cell; where that is wider
+    than ``width`` (an 80-column terminal), each cell on two lines and lighter rules, so that
+    every header stays whole ("communication", not "commun…")."""
+    from rich import box
+    from rich.table import Table
+
+    def build(compact: bool) -> Table:
+        t = Table(title=plain(title), title_justify="left",
+                  **({"box": box.SIMPLE_HEAD, "pad_edge": False} if compact else {}))
+        t.add_column("rank", justify="right")
+        t.add_column("step", justify="right")
+        for c in categories:
+            t.add_column(plain(c), justify="right")
+        sep = "\n" if compact else " "
+        for row in per_rank:
+            t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
+                      *[f"{row[f'{c}_ms']:.1f}{sep}({row[f'{c}_pct']:.0f}%)" for c in categories])
+        return t
+
+    import io
+
+    wide = build(False)
+    if make(io.StringIO(), width=PIPED_WIDTH).measure(wide).maximum <= width:
+        return wide
+    return build(True)
 
 
 def _print_model(model, metrics, con) -> None:

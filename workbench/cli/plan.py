@@ -23,8 +23,8 @@ EXAMPLES = """examples:
   workbench plan L=32,h=4096,a=32,V=128256,s=8192,kv=8,ffn=14336,gated=1 --from-run RUN   # the model given
 
 MODEL is a preset (gpt3-175b, megatron-1.7b … megatron-1t, megatron-22b, llama3-8b/70b/405b,
-engine-tiny/small/125m/370m/1.3b) or a key list L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1,tied=1,
-pos=0,bias=0,norm=rms]. Link bandwidths are per GPU and direction in Gbit/s (NVLink 4: 3600,
+engine-tiny/small/125m/370m/1.3b) or a key list such as L=32,h=4096,a=32,V=50304,s=4096: keys L,
+h, a, V and s, and optionally ffn, kv, gated=1, tied=1, pos=0, bias=0, norm=rms. Link bandwidths are per GPU and direction in Gbit/s (NVLink 4: 3600,
 one 400 Gb/s NIC per GPU: 400); defaults come from the GPU's usual system (DGX A100/H100/H200).
 """
 
@@ -46,8 +46,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", default=None, metavar="S", help="sequence length (default: the model's)")
     p.add_argument("--top", default=None, metavar="K", help="layouts to show (default 5)")
     p.add_argument("--layout", default=None, metavar="SPEC",
-                   help="evaluate this layout too (first in the output): tp=8,pp=8,dp=1,zero=1,mb=1,"
-                        "recompute=selective,sp=1,vpp=3[,schedule=gpipe]; dp defaults to what the GPUs leave")
+                   help="evaluate this layout too (first in the output): comma-separated keys tp, pp, dp, zero (0-3), "
+                        "mb, recompute (none, selective, full), sp (0, 1), vpp, schedule (1f1b, gpipe), e.g. "
+                        "tp=8,pp=8,mb=1,recompute=selective; dp defaults to what the GPUs leave")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="RUN",
                    help="workbench runs whose measured efficiencies replace the defaults (any number; one GPU is enough)")
     p.add_argument("--stack", default=None, choices=("megatron", "deepspeed", "torch"),
@@ -71,7 +72,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                      "that fit, with memory per GPU and the step time split, and why the others lost.",
          examples=EXAMPLES, arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
-    from workbench.cli.console import make
+    from workbench.cli.console import make, out
     from workbench.plan.report import print_plan, to_json
     from workbench.calibration.request import build_request
     from workbench.plan.search import plan
@@ -94,8 +95,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
-    con = make(sys.stdout)
-    if not con.is_terminal:
-        con.width = max(con.width, 160)  # files and pipes: keep the table's columns whole
+    con = out()  # a terminal's width; a file or a pipe gets whole lines
     print_plan(doc, con, notes=make(stderr=True, soft_wrap=True))
     return 0

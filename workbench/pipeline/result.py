@@ -10,7 +10,10 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
     {
       "json_schema": "workbench.analyze/1",
       "run": {"path", "name", "status", "world_size", "device", "has_gpu", "warnings": [str],
-              "steps_from"},            # what ended a step (manifest), or null
+              "steps_from",             # what ended a step (manifest), or null
+              "partial": {"world_size", "ranks_analysed": [int], "ranks_missing": str},
+                                        # present only when traces of fewer ranks than the job's
+              "devices": {device: [rank]}},   # present only when ranks ran on different GPU models
       "summary": {
         "steps": int,                   # profiled steps per rank (min over ranks)
         "step_ms": float,               # the job's step: the mean of the unprofiled
@@ -90,6 +93,7 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ model; efficiency.hfu_pct, hfu_bf16_pct, mfu_source, mfu_convention, mfu_note, "
                             "model_flops_per_step (MFU counts the model's FLOPs); metrics.mfu_pct, hfu_pct"),
     ("workbench.analyze/1", "+ diagnoses[].alternatives (the planner's answers to a finding)"),
+    ("workbench.analyze/1", "+ run.partial, run.devices (a partial run, ranks on different GPU models), where so"),
     ("workbench.analyze/1", "+ implausible (figures withheld past their physical bounds), where there are any; "
                             "no NaN or Infinity (a non-finite figure is null)"),
 )
@@ -118,6 +122,14 @@ class RunInfo:
     has_gpu: bool
     warnings: tuple[str, ...] = ()
     steps_from: str | None = None
+    partial: dict | None = None
+    """Traces of fewer ranks than the job had (workbench.load.completeness.partial), or None."""
+    devices: dict | None = None
+    """device → its ranks where the ranks ran on different GPU models, or None."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = _plain({f.name: getattr(self, f.name) for f in fields(self)})
+        return {k: v for k, v in out.items() if k not in ("partial", "devices") or v is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +310,7 @@ class Result:
         s = self.summary
         return {
             "json_schema": self.json_schema,
-            "run": _plain({f.name: getattr(self.run, f.name) for f in fields(self.run)}),
+            "run": self.run.to_json(),
             "summary": _plain({f.name: getattr(s, f.name) for f in fields(s)}),
             "diagnoses": [d.to_json() for d in self.diagnoses],
             "verdict": self.verdict,
@@ -316,7 +328,7 @@ class Result:
         r, s = doc["run"], doc["summary"]
         run = RunInfo(path=str(r["path"]), name=r["name"], status=r.get("status", "bare"), world_size=int(r["world_size"]),
                       device=r.get("device"), has_gpu=bool(r.get("has_gpu")), warnings=tuple(r.get("warnings") or ()),
-                      steps_from=r.get("steps_from"))
+                      steps_from=r.get("steps_from"), partial=r.get("partial"), devices=r.get("devices"))
         job = s.get("job")
         summary = Summary(steps=int(s.get("steps") or 0), step_ms=s.get("step_ms"), breakdown_pct=dict(s.get("breakdown_pct") or {}),
                           per_rank=tuple(s.get("per_rank") or ()), host_step_ms=s.get("host_step_ms"),

@@ -33,7 +33,7 @@ from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_s
 from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
 from workbench.diagnose.memory import memory_summaries
 from workbench.format.errors import WorkbenchError
-from workbench.load import Run
+from workbench.load import Run, completeness
 from workbench.format.overhead import capture_overhead
 from workbench.pipeline.result import JSON_SCHEMA, Efficiency, Finding, Metrics, ModelInfo, Result, RunInfo, Summary  # noqa: F401 - JSON_SCHEMA: callers import it from here
 
@@ -271,10 +271,12 @@ class Analysis:
         if self._result is None:
             m = self.run.manifest
             pr = self.per_rank
+            partial, mixed = completeness.partial(self.run), completeness.mixed_devices(self.run)
             r = Result(
                 run=RunInfo(path=str(self.run.path), name=self.run.name, status=m.get("status", "bare"),
                             world_size=self.run.world_size, device=self.run.device_name, has_gpu=self.run.has_gpu,
-                            warnings=tuple(self.run.warnings), steps_from=m.get("steps_from")),
+                            warnings=tuple(self.run.warnings), steps_from=m.get("steps_from"), partial=partial,
+                            devices=mixed),
                 summary=Summary(
                     steps=int(pr["steps"].min()) if not pr.empty else 0,
                     step_ms=round(float(self.breakdown["step_ms"].mean()), 3) if not self.breakdown.empty else None,
@@ -284,7 +286,7 @@ class Analysis:
                     host_step_ms=round(float(self.breakdown["host_step_ms"].mean()), 3) if not self.breakdown.empty else None,
                     host_ahead=self.host_ahead(), **self.job_json()),
                 diagnoses=tuple(Finding.from_json(d.to_dict()) for d in self.diagnoses),
-                verdict=self.verdict,
+                verdict=self.verdict + completeness.verdict_suffix(partial, mixed),
                 metrics=Metrics.from_json(self.metrics()),
                 collectives=tuple({k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
                                   for row in self.collectives().to_dict("records")),
