@@ -46,6 +46,7 @@ def _edited(doc, path: str, value):
 @pytest.mark.parametrize("path, value, says", [
     pytest.param("model.params", 10 ** 400, "model.params must be a number", id="params_400_digits"),  # OverflowError before
     ("model.model_flops_per_token", 1e30, "model_flops_per_token"),      # used as given: measured MFU 7.5e20 %
+    ("model.model_flops_per_token", 1e15, "not this model's FLOPs"),     # past 2x its shape's 6·N + 12·L·h·s
     ("json_schema", "workbench.plan/2", "reads 'workbench.plan/1'"),      # accepted before
     ("json_schema", "workbench.plan/999", "reads 'workbench.plan/1'"),
     ("cluster.gpu", "Voodoo5 6000", "unknown GPU 'Voodoo5 6000': known ones are"),
