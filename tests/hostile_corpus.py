@@ -522,6 +522,10 @@ def _relabelled_gpu(d: Path) -> Path:
     return _gpu_run(a100, lambda m: m.update(device_name="NVIDIA A100-SXM4-80GB"))(d)
 
 
+OWN_CACHE = {"WORKBENCH_CACHE_DIR": "{tmp}/cache"}
+"""For a command that analyses a committed run: its cache under the case's directory, not beside the run."""
+
+
 def _mismatch(word: str):
     def check(j: dict) -> str | None:
         said = j.get("mismatches")
@@ -639,7 +643,7 @@ CASES: list[Case] = [
     Case("tiny_events_under_limit", "many tiny events", "300k tiny events (one step of 1 ms)", _tiny(300_000), "result",
          check=_steps_n(1)),
     Case("step_markers_300k", "many tiny events", "300k steps of 100 µs (a ProfilerStep marker each)", _many_steps(300_000),
-         "result", "the first 10,000 are analysed", check=_steps_n(10_000)),
+         "result", "the first 10,000 are analysed", check=_steps_n(10_000), timeout_s=300),  # 29 s idle, 120+ on a loaded 2-core box
     Case("unique_names", "many tiny events", "1.1M events, each of its own name", _unique_names(1_100_000), "error",
          "distinct event names"),
     # manifest
@@ -728,7 +732,7 @@ CASES: list[Case] = [
     Case("markup_kernel_name", "markup", "a kernel whose name holds the same (unclassified)", _gpu_run(_kernel_named), "result",
          argv=("analyze",), text_check=_shows("my_kernel[bold]x[/bold] [/] [link=http://e.x]y[red")),
     Case("markup_compare", "markup", "`compare` of the bracketed run with itself", _named_run("run[bold]x[red"), "result",
-         argv=("compare", str(TRACES / RUN)), text_check=_shows("B = run[bold]x[red")),
+         argv=("compare", str(TRACES / RUN)), text_check=_shows("B = run[bold]x[red"), env=OWN_CACHE),
     # numbers JSON cannot hold
     Case("json_gpu_copies_only", "JSON numbers", "a GPU trace with its kernels dropped (copies only): a NaN median",
          _gpu_run(_kernels_dropped), "result"),
@@ -749,9 +753,9 @@ CASES: list[Case] = [
     Case("mixed_gpus", "partial and mixed runs", "rank 0 on an H200, rank 1 on an A100 (one NCCL job)", _mixed_gpus, "result",
          "mixed devices", check=_devices(2)),
     Case("compare_other_gpu", "partial and mixed runs", "`compare --json` of an H200 run and its A100 twin", _relabelled_gpu,
-         "result", argv=("compare", "--json", str(GPU_RUN)), check=_mismatch("the GPU")),
+         "result", argv=("compare", "--json", str(GPU_RUN)), check=_mismatch("the GPU"), env=OWN_CACHE),
     Case("compare_other_model", "partial and mixed runs", "`compare --json` of a 2-layer CPU GPT and an 8-layer H200 one",
-         lambda d: SHAPES_RUN, "result", argv=("compare", "--json", str(TRACES / RUN)), check=_mismatch("the model")),
+         lambda d: SHAPES_RUN, "result", argv=("compare", "--json", str(TRACES / RUN)), check=_mismatch("the model"), env=OWN_CACHE),
     # plan files
     Case("plan_schema_2", "plan files", "a plan of schema `workbench.plan/2`", _plan_file(_set("json_schema", "workbench.plan/2")),
          "error", "reads 'workbench.plan/1'", argv=("compare", str(PLAN_RUN))),
@@ -829,7 +833,8 @@ def observe(case: Case, d: Path) -> Observed:
     out, err = d / "stdout.txt", d / "stderr.txt"
     start = time.monotonic()
     with out.open("wb") as o, err.open("wb") as e:
-        p = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=_env(case.env), preexec_fn=_limit(case.fsize))
+        env = _env({k: v.replace("{tmp}", str(d)) for k, v in case.env.items()})
+        p = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=env, preexec_fn=_limit(case.fsize))
         hung = False
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
