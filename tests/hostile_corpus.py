@@ -66,6 +66,12 @@ class Case:
     """Arguments after the target (a profiled script's own)."""
     exit_code: int = 0
     """For "capture": the exit code the script itself ends with, which `workbench profile` must return."""
+    text_check: Callable[[str], str | None] | None = None
+    """For a text-mode result (no --json): what is wrong with its stdout (None: it holds)."""
+    after: Callable[[Path], str | None] | None = None
+    """What is wrong with what the command left in the case's directory (None: it holds)."""
+    fsize: int | None = None
+    """RLIMIT_FSIZE of the command in bytes: a write past it fails as on a full disk."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +402,218 @@ def _zip_run(manifest: bytes):
     return build
 
 
+# ---- markup, JSON numbers, impossible figures, partial runs, plans, bounded work, writes -------------
+
+GPU_RUN = DATA / "gpu_tiny"  # one H200 rank: kernels, a manifest, steps CSV
+SHAPES_RUN = DATA / "eff_gpt_bf16"  # a GPT on an H200 with its shapes: the model, MFU, kernel classes
+MARKUP = "[bold]x[/bold] [/] [link=http://e.x]y[red \\[z :smile:"
+"""Text rich would read as markup: lost (``[bold]``), a MarkupError (``[/]``), an escape (``\\[``), an emoji code."""
+
+
+def _gpu_doc(src: Path = GPU_RUN) -> dict:
+    return json.loads(gzip.decompress((src / "rank0.pt.trace.json.gz").read_bytes()))
+
+
+def _gpu_run(edit_doc=None, edit_manifest=None, src: Path = GPU_RUN, name: str = "run"):
+    """``src`` copied, its rank-0 trace (written plain) and manifest edited."""
+    def build(d: Path) -> Path:
+        run = d / name
+        shutil.copytree(src, run, ignore=shutil.ignore_patterns(".workbench-cache", "rank0.pt.trace.json.gz"))
+        doc = _gpu_doc(src)
+        if edit_doc:
+            edit_doc(doc)
+        (run / "rank0.pt.trace.json").write_text(json.dumps(doc))
+        if edit_manifest:
+            m = json.loads((run / "manifest.json").read_text())
+            edit_manifest(m)
+            (run / "manifest.json").write_text(json.dumps(m))
+        return run
+    return build
+
+
+def _named_run(name: str):
+    def build(d: Path) -> Path:
+        run = d / name
+        shutil.copytree(TRACES / RUN, run, ignore=shutil.ignore_patterns(".workbench-cache"))
+        return run
+    return build
+
+
+def _device_named(doc):
+    doc["deviceProperties"][0]["name"] = "NVIDIA H200 " + MARKUP
+
+
+def _failed_with(m):
+    m.update(status="failed", exit_code=1, error="RuntimeError: " + MARKUP)
+
+
+def _kernel_named(doc):
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["name"] = "my_kernel" + MARKUP  # no class matches: listed among the unclassified kernels
+
+
+def _shows(*texts: str):
+    def check(out: str) -> str | None:
+        flat = " ".join(out.split())
+        return next((f"stdout lacks {t!r}" for t in texts if " ".join(t.split()) not in flat), None)
+    return check
+
+
+def _kernels_dropped(doc):
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
+
+
+GEMMS = ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")
+
+
+def _dims(scale: int | None = None, names=GEMMS, zero: bool = False):
+    def edit(doc):
+        for e in doc["traceEvents"]:
+            dims = (e.get("args") or {}).get("Input Dims")
+            if e.get("name") in names and dims:
+                e["args"]["Input Dims"] = [[0 if zero else x * scale for x in dim] if isinstance(dim, list) else dim
+                                           for dim in dims]
+    return edit
+
+
+def _no_model_shapes(doc):
+    """The GEMMs scaled 100× and the embedding gone: no model, so MFU is the trace's FLOPs."""
+    _dims(100)(doc)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "aten::embedding"]
+
+
+def _copies_scaled(doc):
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "gpu_memcpy" and "DtoD" in str(e.get("name")) and isinstance((e.get("args") or {}).get("bytes"), int):
+            e["args"]["bytes"] *= 4
+
+
+def _one_of_eight(d: Path) -> Path:
+    """engine_ddp's manifest and rank 0 as a job of 8 ranks whose other 7 traces never arrived."""
+    run = _copy_run(d, TRACES / RUN)
+    for f in run.glob("*rank[1-9]*"):
+        f.unlink()
+    m = json.loads((run / "manifest.json").read_text())
+    m["world_size"] = 8
+    (run / "manifest.json").write_text(json.dumps(m))
+    doc = _doc()
+    doc["distributedInfo"]["world_size"] = 8
+    (run / "rank0.pt.trace.json.gz").unlink()
+    (run / "rank0.pt.trace.json").write_text(json.dumps(doc))
+    return run
+
+
+def _mixed_gpus(d: Path) -> Path:
+    """Two NCCL ranks of one job, rank 1 on an A100 beside rank 0's H200."""
+    run = d / "run"
+    run.mkdir()
+    doc = _gpu_doc()
+    for r, name in ((0, "NVIDIA H200"), (1, "NVIDIA A100-SXM4-80GB")):
+        x = json.loads(json.dumps(doc))
+        x["distributedInfo"] = {"backend": "nccl", "rank": r, "world_size": 2}
+        x["deviceProperties"][0]["name"] = name
+        for e in x["traceEvents"]:
+            if isinstance(e.get("pid"), int) and e["pid"] > 100:
+                e["pid"] += r  # a process of its own
+        (run / f"rank{r}.pt.trace.json").write_text(json.dumps(x))
+    return run
+
+
+def _relabelled_gpu(d: Path) -> Path:
+    """gpu_tiny as if it ran on an A100 (B of a compare against the H200 original)."""
+    def a100(doc):
+        doc["deviceProperties"][0]["name"] = "NVIDIA A100-SXM4-80GB"
+    return _gpu_run(a100, lambda m: m.update(device_name="NVIDIA A100-SXM4-80GB"))(d)
+
+
+OWN_CACHE = {"WORKBENCH_CACHE_DIR": "{tmp}/cache"}
+"""For a command that analyses a committed run: its cache under the case's directory, not beside the run."""
+
+
+def _mismatch(word: str):
+    def check(j: dict) -> str | None:
+        said = j.get("mismatches")
+        return None if said and any(word in m for m in said) else f"mismatches {said} do not name {word!r}"
+    return check
+
+
+def _partial(n: int, world: int):
+    def check(j: dict) -> str | None:
+        p = j["run"].get("partial")
+        if not p or len(p["ranks_analysed"]) != n or p["world_size"] != world:
+            return f"run.partial {p} where {n} of {world}"
+        return None if f"from {n} of {world} ranks" in j["verdict"] else f"the verdict does not say so: {j['verdict'][-80:]}"
+    return check
+
+
+def _devices(n: int):
+    def check(j: dict) -> str | None:
+        dv = j["run"].get("devices")
+        return None if dv and len(dv) == n and f"ranks on {n} GPU models" in j["verdict"] else f"run.devices {dv}"
+    return check
+
+
+PLAN_RUN = TRACES / "case_gpu_3_batch32"
+
+
+def _plan_file(edit):
+    """A plan of the committed run (workbench plan --from-run, made in this process), edited."""
+    def build(d: Path) -> Path:
+        from workbench.calibration.request import build_request
+        from workbench.plan.report import to_json
+        from workbench.plan.search import plan
+
+        doc = to_json(plan(build_request(model="engine-370m", gpus="1", gpu="H200", top="1")))
+        text = edit(doc)
+        p = d / "plan.json"
+        p.write_text(text if isinstance(text, str) else json.dumps(doc))
+        return p
+    return build
+
+
+def _set(path: str, value):
+    def edit(doc):
+        *head, last = path.split(".")
+        x = doc
+        for k in head:
+            x = x[int(k)] if k.isdigit() else x[k]
+        x[last] = value
+    return edit
+
+
+def _many_ranks(n: int):
+    def build(d: Path) -> Path:
+        run = d / "run"
+        run.mkdir()
+        for r in range(n):
+            (run / f"rank{r}.pt.trace.json").write_text(
+                '{"distributedInfo": {"rank": %d, "world_size": %d}, "traceEvents": [{"ph": "X", "cat": "user_annotation", '
+                '"name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]}' % (r, n))
+        return run
+    return build
+
+
+def _zip_members(n: int):
+    def build(d: Path) -> Path:
+        import zipfile
+
+        z = d / "run.zip"
+        with zipfile.ZipFile(z, "w") as zf:
+            zf.write(TRACES / RUN / "rank0.pt.trace.json.gz", "rank0.pt.trace.json.gz")
+            for i in range(n - 1):
+                zf.writestr(f"steps_rank{i + 1}.csv", "step,step_ms\n0,1.0\n")
+        return z
+    return build
+
+
+def _nothing_left(name: str):
+    def after(d: Path) -> str | None:
+        left = sorted(p.name for p in d.iterdir() if p.name.startswith((name, f".{name}")))
+        return f"left behind: {left}" if left else None
+    return after
+
+
 CASES: list[Case] = [
     Case("baseline", "baseline", "rank 0 of the committed run alone, unmodified", _edit(lambda doc: None), "result", check=_BASE),
     # deep JSON
@@ -430,7 +648,7 @@ CASES: list[Case] = [
     Case("tiny_events_under_limit", "many tiny events", "300k tiny events (one step of 1 ms)", _tiny(300_000), "result",
          check=_steps_n(1)),
     Case("step_markers_300k", "many tiny events", "300k steps of 100 µs (a ProfilerStep marker each)", _many_steps(300_000),
-         "result", "the first 10,000 are analysed", check=_steps_n(10_000)),
+         "result", "the first 10,000 are analysed", check=_steps_n(10_000), timeout_s=300),  # 29 s idle, 120+ on a loaded 2-core box
     Case("unique_names", "many tiny events", "1.1M events, each of its own name", _unique_names(1_100_000), "error",
          "distinct event names"),
     # manifest
@@ -509,6 +727,65 @@ CASES: list[Case] = [
     Case("host_ahead_sync", "implausible timings", "the same with a sync every 5 steps from step 10, the last period open",
          _without_gpu_clock("gpu_host_ahead_graphs", 5), "result", "sync to sync",
          check=_near("step_ms", _gpu_truth("gpu_host_ahead_graphs"), 0.10)),
+    # text from a run read as markup (text mode: what a person sees)
+    Case("markup_run_name", "markup", "a run directory named `run[bold]x[red`", _named_run("run[bold]x[red"), "result",
+         argv=("analyze",), text_check=_shows("run[bold]x[red: 2 rank(s)")),
+    Case("markup_device_name", "markup", "a GPU whose name holds `[bold]`, `[/]`, `[link=…]`, `\\[`, `:smile:`",
+         _gpu_run(_device_named, lambda m: m.pop("device_name")), "result", argv=("analyze",), text_check=_shows(MARKUP)),
+    Case("markup_error", "markup", "a failed run whose error message holds the same", _gpu_run(None, _failed_with), "result",
+         argv=("analyze",), text_check=_shows("the run failed: RuntimeError: " + MARKUP)),
+    Case("markup_kernel_name", "markup", "a kernel whose name holds the same (unclassified)", _gpu_run(_kernel_named), "result",
+         argv=("analyze",), text_check=_shows("my_kernel[bold]x[/bold] [/] [link=http://e.x]y[red")),
+    Case("markup_compare", "markup", "`compare` of the bracketed run with itself", _named_run("run[bold]x[red"), "result",
+         argv=("compare", str(TRACES / RUN)), text_check=_shows("B = run[bold]x[red"), env=OWN_CACHE),
+    # numbers JSON cannot hold
+    Case("json_gpu_copies_only", "JSON numbers", "a GPU trace with its kernels dropped (copies only): a NaN median",
+         _gpu_run(_kernels_dropped), "result"),
+    Case("plan_int_400_digits", "JSON numbers", "a plan whose `model.params` has 400 digits", _plan_file(_set("model.params", 10 ** 400)),
+         "error", "model.params must be a number", argv=("compare", str(PLAN_RUN))),
+    # impossible figures
+    Case("shapes_gemms_x1000", "impossible figures", "every GEMM's `Input Dims` ×1000 (HFU 2e10 %, 7.6e10 % of peak)",
+         _gpu_run(_dims(1000), src=SHAPES_RUN), "result", "the ops' shapes give"),
+    Case("shapes_no_model_x100", "impossible figures", "GEMMs ×100 and no embedding: no model, MFU = the trace's FLOPs",
+         _gpu_run(_no_model_shapes, src=SHAPES_RUN), "result", "implausible:"),
+    Case("shapes_zero_embedding", "impossible figures", "the embedding's `Input Dims` all 0 (hidden, vocab, seq 0 at \"high\")",
+         _gpu_run(_dims(names=("aten::embedding",), zero=True), src=SHAPES_RUN), "result", "zero-size tensors"),
+    Case("copies_past_hbm", "impossible figures", "`gpu_fsdp2_370m`'s device-to-device copies of 4× their bytes (252 % of HBM)",
+         _gpu_run(_copies_scaled, src=TRACES / "gpu_fsdp2_370m"), "result", "of the device's HBM bandwidth"),
+    # partial and mixed runs
+    Case("partial_one_of_eight", "partial and mixed runs", "a manifest and `distributedInfo` for 8 ranks, one rank's trace",
+         _one_of_eight, "result", "partial run: traces of 1 of the job's 8 ranks", check=_partial(1, 8)),
+    Case("mixed_gpus", "partial and mixed runs", "rank 0 on an H200, rank 1 on an A100 (one NCCL job)", _mixed_gpus, "result",
+         "mixed devices", check=_devices(2)),
+    Case("compare_other_gpu", "partial and mixed runs", "`compare --json` of an H200 run and its A100 twin", _relabelled_gpu,
+         "result", argv=("compare", "--json", str(GPU_RUN)), check=_mismatch("the GPU"), env=OWN_CACHE),
+    Case("compare_other_model", "partial and mixed runs", "`compare --json` of a 2-layer CPU GPT and an 8-layer H200 one",
+         lambda d: SHAPES_RUN, "result", argv=("compare", "--json", str(TRACES / RUN)), check=_mismatch("the model"), env=OWN_CACHE),
+    # plan files
+    Case("plan_schema_2", "plan files", "a plan of schema `workbench.plan/2`", _plan_file(_set("json_schema", "workbench.plan/2")),
+         "error", "reads 'workbench.plan/1'", argv=("compare", str(PLAN_RUN))),
+    Case("plan_schema_999", "plan files", "a plan of schema `workbench.plan/999`", _plan_file(_set("json_schema", "workbench.plan/999")),
+         "error", "reads 'workbench.plan/1'", argv=("compare", str(PLAN_RUN))),
+    Case("plan_unknown_gpu", "plan files", "a plan for a GPU the device table lacks", _plan_file(_set("cluster.gpu", "Voodoo5 6000")),
+         "error", "unknown GPU 'Voodoo5 6000': known ones are", argv=("compare", str(PLAN_RUN))),
+    Case("plan_mfu_5", "plan files", "a plan predicting MFU 5.0 (500 %)", _plan_file(_set("plans.0.time.mfu", 5.0)), "error",
+         "a fraction of the GPU's peak above 1", argv=("compare", str(PLAN_RUN))),
+    Case("plan_mfu_1e300", "plan files", "a plan predicting MFU 1e300", _plan_file(_set("plans.0.time.mfu", 1e300)), "error",
+         "plans[0].time.mfu must be a number", argv=("compare", str(PLAN_RUN))),
+    Case("plan_flops_per_token_1e30", "plan files", "a plan whose `model_flops_per_token` is 1e30 (measured MFU 7.5e20 %)",
+         _plan_file(_set("model.model_flops_per_token", 1e30)), "error", "model.model_flops_per_token must be a number ≤",
+         argv=("compare", str(PLAN_RUN))),
+    Case("plan_flops_per_token_1e15", "plan files", "a plan whose `model_flops_per_token` is 1e15 (400,000× its shape's)",
+         _plan_file(_set("model.model_flops_per_token", 1e15)), "error", "not this model's FLOPs", argv=("compare", str(PLAN_RUN))),
+    # bounded work
+    Case("ranks_10000", "bounded work", "10,000 one-step rank traces (past 300 s before)", _many_ranks(10_000), "error",
+         "more than the 1,024 ranks analysed at once"),
+    Case("upload_zip_25000_members", "bounded work", "a zipped run of 25,000 members (162 s before)", _zip_members(25_000),
+         "error", "more than the 4,097", argv=("upload",)),
+    # writes that can be half done
+    Case("report_disk_full", "half-done writes", "`report` where a file may not pass 256 KiB (RLIMIT_FSIZE: as a full disk)",
+         _named_run("run"), "error", "cannot write", argv=("report", "--html", "{tmp}/r.html"), fsize=256 << 10,
+         after=_nothing_left("r.html")),
 ]
 def _steps_once(n: int):
     """Rank 0's steps CSV holds steps 0 … n−1, each once (a forked child wrote none of its own)."""
@@ -561,8 +838,15 @@ def _env(extra: dict) -> dict:
     return {**env, **extra}
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+def _limit(fsize: int | None = None):
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+        if fsize is not None:
+            import signal
+
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) as on a full disk
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    return limit
 
 
 _OBSERVED: dict[str, Observed] = {}
@@ -587,7 +871,8 @@ def observe(case: Case, d: Path) -> Observed:
     out, err = d / "stdout.txt", d / "stderr.txt"
     start = time.monotonic()
     with out.open("wb") as o, err.open("wb") as e:
-        p = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=_env(case.env), preexec_fn=_limit)
+        env = _env({k: v.replace("{tmp}", str(d)) for k, v in case.env.items()})
+        p = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=env, preexec_fn=_limit(case.fsize))
         hung = False
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -623,6 +908,8 @@ def observe(case: Case, d: Path) -> Observed:
             problem = f"nonsense: the error does not say {case.says!r}"
     else:
         problem, message = _judge_result(case, code, out.read_text(errors="backslashreplace"), stderr)
+    if problem is None and case.after and (why := case.after(d)):
+        problem = f"nonsense: {why}"
     message = message.replace(str(d), "DIR").encode("utf-8", "backslashreplace").decode()  # a name's lone surrogates
     return Observed(code, message, round(rss), round(seconds, 1), problem)
 
@@ -652,6 +939,25 @@ def _judge_capture(case: Case, code: int, d: Path, stderr: str) -> tuple[str | N
     if case.check and (why := case.check({**m, "_dir": str(d / "run")})):
         return f"nonsense: {why}", said
     return None, said
+def _strict(token: str):
+    raise ValueError(f"{token}: not strict JSON")
+
+
+def _impossible(j: dict) -> str | None:
+    """A figure past its physical bound stated as fact (workbench.pipeline.bounds): MFU/HFU or a
+    class's % of roofline above 100, a model size of 0 or less."""
+    e = j.get("efficiency") or {}
+    for k in ("mfu_pct", "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct"):
+        if isinstance(e.get(k), (int, float)) and e[k] > 100:
+            return f"efficiency.{k} {e[k]:.3g} % stated"
+    for c in e.get("classes") or []:
+        if isinstance(c.get("pct_of_peak"), (int, float)) and c["pct_of_peak"] > 100:
+            return f"{c['class']}/{c['subclass']} at {c['pct_of_peak']:.3g} % of its roofline stated"
+    for name, f in ((j.get("model") or {}).get("fields") or {}).items():
+        v = f.get("value") if isinstance(f, dict) else None
+        if name != "recompute_fraction" and isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+            return f"model.{name} {v} at {f.get('confidence')} confidence"
+    return None
 
 
 def _judge_result(case: Case, code: int, stdout: str, stderr: str) -> tuple[str | None, str]:
@@ -665,13 +971,23 @@ def _judge_result(case: Case, code: int, stdout: str, stderr: str) -> tuple[str 
         if not stdout.strip():
             return "nonsense: no output", ""
         said = next((ln for ln in stderr.splitlines() if case.says in ln), None) if case.says else ""
-        return (None, said) if said is not None else (f"nonsense: nothing says {case.says!r}", "")
+        if said is None:
+            return f"nonsense: nothing says {case.says!r}", ""
+        if case.text_check and (why := case.text_check(stdout)):
+            return f"nonsense: {why}", said
+        return None, said
     try:
-        j = json.loads(stdout)
-    except ValueError:
-        return "nonsense: --json printed no JSON document", ""
+        j = json.loads(stdout, parse_constant=_strict)
+    except ValueError as e:
+        return ("nonsense: --json printed NaN or Infinity (strict parsers refuse them)" if "strict" in str(e)
+                else "nonsense: --json printed no JSON document"), ""
+    if case.argv[0] == "compare":
+        why = case.check(j) if case.check else None
+        return (f"nonsense: {why}", "") if why else (None, "")
     if not isinstance(j, dict) or not isinstance(j.get("summary"), dict) or not isinstance(j.get("run"), dict):
         return "nonsense: --json printed no analysis", ""
+    if why := _impossible(j):
+        return f"nonsense: {why}", ""
     warnings = j["run"].get("warnings") or []
     said = next((w for w in warnings + stderr.splitlines() if case.says in w), None) if case.says else ""
     if said is None:

@@ -221,8 +221,13 @@ headers whose `distributedInfo`, `pg_config`, `deviceProperties` and `baseTimeNa
 mistyped; random truncations and byte flips of a real trace, plain and gzipped): `read_trace`
 returns a trace or raises the one-line `TraceError`, and `analyze_run` on whatever loads returns or
 raises a one-line `WorkbenchError` — never anything else. A header field that does not fit is
-dropped (an int-like `"rank": "1"` is read as 1), never the trace. The generated corpus below tries
-each class of hostile input as an attacker would and counts what came of it.
+dropped (an int-like `"rank": "1"` is read as 1), never the trace. Property-based fuzzing covers
+the other inputs too: the manifest (`tests/format/test_manifest.py`, and beside real traces through
+the whole analysis: `tests/load/test_manifest_fuzz.py`), plan files (`tests/plan/test_plan_file_bounds.py`:
+their numbers read or fail in one line, never past the schema or the physics) and the CLI's printed
+text (`tests/cli/test_markup.py`: text holding Rich markup in every string field of a verdict, a
+comparison and a plan prints as written). The generated corpus below tries each class of hostile
+input as an attacker would and counts what came of it.
 """
 
 
@@ -241,9 +246,12 @@ written many times: milliseconds and a few MB of disk), each case run as a user 
 `tests/load/test_hostile_corpus.py` runs each as a test. A **traceback** is an exit other than 0 and 2 or
 `Traceback` on stderr; a **hang** a run past its limit; **silent nonsense** an exit 0 where an error
 was due, a result whose warnings (or stderr) do not name what was implausible, a non-finite step,
-shares that do not sum to 100, a numpy warning, a peak over 2 GB, or numbers that fail the case's own
-check (steps counted, the step within 1 % of the unmodified trace's 15.6 ms, the same diagnoses, the
-GPU's own step within 10 %). Peak RSS (`wait4`) and times are this 2-core machine's at the last
+shares that do not sum to 100, a numpy warning, a peak over 2 GB, `--json` that a strict parser
+refuses (`NaN`, `Infinity`), an impossible figure stated (MFU or HFU above 100 %, a class above 100 %
+of its roofline, a model size of 0), text from the run not printed as written, a file left behind by
+a failed write, or numbers that fail the case's own check (steps counted, the step within 1 % of the
+unmodified trace's 15.6 ms, the same diagnoses, the GPU's own step within 10 %, the ranks a partial
+run lacks, the mismatches `compare` names). Peak RSS (`wait4`) and times are this 2-core machine's at the last
 regeneration; the check of this file does not compare them.
 """
 

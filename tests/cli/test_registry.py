@@ -70,13 +70,31 @@ def test_help_lists_every_registered_command_in_order(capsys):
 
 
 @pytest.mark.parametrize("name", ORDER)
-def test_every_command_help_has_its_description_and_examples(capsys, name):
+def test_every_command_help_has_its_description_and_examples(capsys, monkeypatch, name):
+    monkeypatch.setenv("COLUMNS", "2000")  # wide: nothing wraps
     cmd = next(c for c in cli.commands() if c.name == name)
     out = help_of(capsys, name)
     assert out.startswith(f"usage: workbench {name} ")
-    assert cmd.description in out  # kept as written (RawDescriptionHelpFormatter)
+    assert " ".join(cmd.description.split()) in out
     assert f"\nexamples:\n  workbench {name} " in out  # the first example is the command itself
-    assert cmd.examples.rstrip() in out
+    examples, _, prose = cmd.examples.partition("\n\n")
+    assert examples.rstrip() in out  # one command a line, as written
+    assert all(" ".join(p.split()) in out for p in prose.split("\n\n") if p.strip())
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_help_fits_an_80_column_terminal(capsys, monkeypatch, name):
+    """Description, options and prose wrapped at 80 columns between words, never inside a token;
+    only an example command longer than the line stays whole (it is copied as it stands)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    cmd = next(c for c in cli.commands() if c.name == name)
+    out = help_of(capsys, name)
+    commands = {ln.rstrip() for ln in cmd.examples.splitlines()} | {ln.partition("  # ")[0].rstrip() for ln in cmd.examples.splitlines()}
+    long = [ln for ln in out.splitlines() if len(ln) > 80 and ln.rstrip() not in commands]
+    assert not long, long
+    words = {w for ln in out.splitlines() for w in ln.split()}
+    if name == "plan":  # the --layout example stays one token
+        assert "tp=8,pp=8,mb=1,recompute=selective;" in words
 
 
 def test_examples_are_required():

@@ -61,7 +61,13 @@ def analyze_json(path: Path, *, cache: bool = False) -> dict:
     code, out, err = cli(*args)
     if code != 0:
         return {"ok": False, "exit_code": code, "error": normalise(err.strip(), path)}
-    return {"ok": True, "doc": normalise(json.loads(out), path)}
+    return {"ok": True, "doc": normalise(json.loads(out, parse_constant=strict), path)}
+
+
+def strict(token: str):
+    """json.loads' parse_constant: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (strict
+    parsers refuse them), so no document workbench prints may hold them."""
+    raise ValueError(f"{token} in workbench's JSON: strict parsers refuse it")
 
 
 def run_arg(path: Path) -> str:

@@ -15,6 +15,8 @@ JSON (``--json``, schema ``workbench.compare_plan/1``)::
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import json
 from pathlib import Path
 
@@ -115,14 +117,16 @@ def cmd_compare_plan(args) -> int:
 
     doc = compare_run_plan(args.a, read_plan(args.b), force=getattr(args, "force", False))
     if args.json:
-        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write(dumps(doc, indent=2))
         sys.stdout.write("\n")
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(file=sys.stdout, highlight=False)  # the result; the layout note below goes to stderr
-    t = Table(title=f"{Path(args.a).name} against its plan ({doc['plan_layout']}, efficiencies {doc['efficiencies']})",
+    from workbench.format.markup import line, plain
+
+    con = Console(file=sys.stdout, highlight=False, emoji=False)  # the result; the layout note below goes to stderr
+    t = Table(title=plain(f"{Path(args.a).name} against its plan ({doc['plan_layout']}, efficiencies {doc['efficiencies']})"),
               title_justify="left")
     for c in ("metric", "predicted", "measured", "error"):
         t.add_column(c, justify="left" if c == "metric" else "right")
@@ -131,12 +135,12 @@ def cmd_compare_plan(args) -> int:
         return "–" if v is None else f"{v:,.4g}"
 
     for r in doc["rows"]:
-        t.add_row(f"{r['metric']} ({r['unit']})", f(r["predicted"]), f(r["measured"]),
+        t.add_row(plain(f"{r['metric']} ({r['unit']})"), f(r["predicted"]), f(r["measured"]),
                   "–" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%")
     con.print(t)
     for m in doc["mismatches"]:  # --force: compared anyway; the person should see why the errors are large
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[yellow]warning:[/] not the run's job: {m}")
+        Console(stderr=True, highlight=False, emoji=False, soft_wrap=True).print(line("[yellow]warning:[/] not the run's job: {}", m))
     if doc["layout_matches"] is False:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[yellow]note:[/] the run's layout is {doc['run_layout']}, the plan's {doc['plan_layout']}")
+        Console(stderr=True, highlight=False, emoji=False, soft_wrap=True).print(
+            line("[yellow]note:[/] the run's layout is {}, the plan's {}", doc["run_layout"], doc["plan_layout"]))
     return 0

@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import socket
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -6,6 +6,8 @@ the analysis path is pandas and msgspec, imported when the command runs.
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import argparse
 import json
 import sys
@@ -79,7 +81,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     result = analysed(args.path, workers=args.workers, cache=not args.no_cache, executor=args.executor, bar=not args.json,
                       peak=peak_spec(args.peak_tflops, args.peak_dtype)).result
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write(dumps(result.to_json(), indent=2, default=str))
         sys.stdout.write("\n")
     else:
         print_analysis(result)

@@ -3,6 +3,8 @@ workbench.pipeline.compare (or workbench.calibration.compare_plan) and prints; r
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import argparse
 import json
 import sys
@@ -38,7 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     cmp = compare_runs(analysed(args.a).result, analysed(args.b).result)
     if args.json:
-        json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write(dumps(cmp.to_json(), indent=2, default=str))
         sys.stdout.write("\n")
         return 0
     _print(cmp)
@@ -50,9 +52,10 @@ def _print(cmp: Comparison) -> None:
     from rich.table import Table
 
     from workbench.cli.console import out
+    from workbench.format.markup import line, plain
 
     con = out()
-    t = Table(title=f"A = {cmp.a.run.name}   B = {cmp.b.run.name}", title_justify="left")
+    t = Table(title=plain(f"A = {cmp.a.run.name}   B = {cmp.b.run.name}"), title_justify="left")
     for c in ("metric", "A", "B", "Δ", "Δ%"):
         t.add_column(c, justify="left" if c == "metric" else "right")
 
@@ -60,10 +63,13 @@ def _print(cmp: Comparison) -> None:
         return "–" if v is None or v != v else fmt.format(v)
 
     for row in cmp.metrics.to_dict("records"):
-        t.add_row(row["metric"], f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
+        t.add_row(plain(row["metric"]), f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
     con.print(t)
+    for m in cmp.mismatches:
+        con.print(line("[yellow]not like for like:[/] {}", m))
     if cmp.speedup_measured is not None:
-        con.print(f"[bold]measured speed-up[/] (A step / B step, profiled steps): {cmp.speedup_measured:.2f}×")
+        caveat = " — not a fix's speed-up: the runs differ in more than a change to the job (above)" if cmp.mismatches else ""
+        con.print(line("[bold]measured speed-up[/] (A step / B step, profiled steps): {}×{}", f"{cmp.speedup_measured:.2f}", caveat))
     con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
               "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (6·N + 12·L·h·s per token), "
               "hfu_pct the FLOPs the trace executed, both of the job's step")
@@ -71,10 +77,10 @@ def _print(cmp: Comparison) -> None:
         est = cmp.estimates.get(i)
         within = cmp.within_estimate(i)
         note = "" if est is None else f" — A estimated up to {est}×" + ("" if within is None else (" (within)" if within else " (beyond the estimate)"))
-        con.print(f"[green]resolved[/] {i}{note}")
+        con.print(line("[green]resolved[/] {}{}", i, note))
     for i in cmp.new:
-        con.print(f"[red]new[/] {i}")
+        con.print(line("[red]new[/] {}", i))
     for i in cmp.persisting:
-        con.print(f"[yellow]still[/] {i}")
+        con.print(line("[yellow]still[/] {}", i))
     if not (cmp.resolved or cmp.new or cmp.persisting):
         con.print("no warning-level diagnosis in either run")

@@ -13,27 +13,41 @@ import sys
 from pathlib import Path
 
 from workbench.format.errors import WorkbenchError
+from workbench.format.markup import line, plain
 from workbench.present.shown import alternative_line  # noqa: F401 - the CLI's and the app's words for an alternative
 
 COLOURS = {"critical": "red", "warning": "yellow", "info": "cyan"}
 
 
-def out():
-    """A rich console on stdout: the result."""
+def make(file=None, **kw):
+    """A rich console as every command prints with: no highlighting of numbers and no ``:emoji:``
+    codes (a kernel or run called ``:smile:`` prints as written); ``kw``: rich.console.Console's."""
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False)
+    return Console(file=file, highlight=False, emoji=False, **kw)
+
+
+PIPED_WIDTH = 10_000
+"""A file or a pipe has no width: lines are written whole (no wrapping), tables at their own width."""
+
+
+def out():
+    """A rich console on stdout: the result. In a terminal it fits the terminal's width; into a
+    file or a pipe (``> verdict.txt``, ``| less``) each line is written whole, unwrapped."""
+    con = make(sys.stdout)
+    if not con.is_terminal:
+        con = make(sys.stdout, width=PIPED_WIDTH, soft_wrap=True)
+    return con
 
 
 def err():
     """A rich console on stderr: progress and notes."""
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
+    return make(stderr=True)
 
 
-def note(text: str) -> None:
-    """One line for the person at the terminal (rich markup allowed), on stderr."""
+def note(text) -> None:
+    """One line for the person at the terminal, on stderr: markup we wrote, or a
+    :func:`workbench.format.markup.line` (what comes from a run or a user, printed as written)."""
     err().print(text)
 
 
@@ -59,7 +73,12 @@ def analysed(path: Path | str, *, workers: int | None = None, cache: bool = True
     with Progress(console=err(), transient=True) as p:
         task = p.add_task("reducing traces", total=None)
         return shown(path, options, lambda done, total, f: p.update(task, total=total, completed=done,
-                                                                    description=f"reduced {Path(f).name}"))
+                                                                    description=_progress_name(f)))
+
+
+def _progress_name(f) -> str:
+    """The progress bar's label (rich reads it as markup, and it lasts a moment: brackets become parentheses)."""
+    return "reduced " + Path(f).name.replace("[", "(").replace("]", ")").replace("\\", "/")
 
 
 def analysis_doc(path: Path | str, **kw) -> dict:
@@ -70,60 +89,77 @@ def analysis_doc(path: Path | str, **kw) -> dict:
 def print_analysis(result, con=None) -> None:
     """The verdict, from the run's result (workbench.pipeline.result.Result, or its ``--json``
     document), on stdout (or ``con``)."""
-    from rich.table import Table
-
     from workbench.pipeline.result import Result
 
     r = result if isinstance(result, Result) else Result.from_json(result)
     con = con or out()
     run, summary = r.run, r.summary
     categories = list(summary.breakdown_pct)
-    con.print(f"[bold]{run.name}[/]: {run.world_size} rank(s), {run.device or 'unknown device'}, "
-              f"{summary.steps} profiled step(s)")
-    from rich.markup import escape  # an error text from a run ("[/__w/pytorch/…]") is not markup
-
+    con.print(line("[bold]{}[/]: {} rank(s), {}, {} profiled step(s)", run.name, run.world_size,
+                   run.device or "unknown device", summary.steps))
     for w in run.warnings:
-        con.print(f"[yellow]warning:[/] {escape(w)}")
+        con.print(line("[yellow]warning:[/] {}", w))
     covered = summary.steps_covered
     title = "mean per step (ms)" + (f" — {covered}" if covered and covered.startswith("the job") else ", profiled steps")
-    t = Table(title=title, title_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("step", justify="right")
-    for c in categories:
-        t.add_column(c, justify="right")
-    for row in summary.per_rank:
-        t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
-                  *[f"{row[f'{c}_ms']:.1f} ({row[f'{c}_pct']:.0f}%)" for c in categories])
     if summary.per_rank:  # a run that failed before its trace has no recorded step to break down
-        con.print(t)
+        con.print(rank_table(summary.per_rank, categories, title, con.width))
     if summary.note:  # the recorded steps were not the job's
-        con.print(f"[cyan]note:[/] {summary.note}")
+        con.print(line("[cyan]note:[/] {}", summary.note))
     from workbench.format.overhead import describe
 
-    if line := describe(summary.capture_overhead):
-        con.print(f"[dim]{line}[/]")
+    if said := describe(summary.capture_overhead):
+        con.print(line("[dim]{}[/]", said))
     ahead = summary.host_ahead
     if ahead:
         con.print(f"[cyan]note:[/] host_ahead: the GPU took {ahead['device_step_ms']:.1f} ms per step, the host "
                   f"{ahead['host_step_ms']:.1f} ms ({ahead['ratio']}×): the host ran ahead (CUDA graphs, no sync in "
                   f"the loop); step times above are the GPU's")
     for d in r.diagnoses:
-        con.print(f"[{COLOURS[d.severity]}]{d.severity.upper():8}[/] [bold]{d.id}[/]: {escape(d.title)}")
-        con.print(f"         fix: {escape(d.recommendation)}")
+        colour = COLOURS.get(d.severity, "default")
+        con.print(line(f"[{colour}]{{}}[/] [bold]{{}}[/]: {{}}", f"{d.severity.upper():8}", d.id, d.title))
+        con.print(line("         fix: {}", d.recommendation))
         gain = d.estimated_gain
         if gain.get("speedup_max"):
-            con.print(f"         estimated gain: up to {gain['speedup_max']}× ({gain.get('formula', '')})")
+            con.print(line("         estimated gain: up to {}× ({})", gain["speedup_max"], gain.get("formula", "")))
         elif gain.get("protects"):
-            con.print(f"         protects: {gain['protects']}")
+            con.print(line("         protects: {}", gain["protects"]))
         for alt in (d.alternatives or ())[:ALTERNATIVES_SHOWN]:
-            con.print(f"         planner: {alternative_line(alt)}")
+            con.print(line("         planner: {}", alternative_line(alt)))
         if d.alternatives == ():
             con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
                       "or nothing beats the run by 3 %)")
     _print_memory(r.memory, con)
     _print_model(r.model, r.metrics, con)
-    _print_efficiency(r.efficiency, con)
-    con.print(f"[bold]verdict:[/] {escape(r.verdict)}")
+    _print_efficiency(r.efficiency, con, withheld={i["figure"] for i in r.implausible})
+    con.print(line("[bold]verdict:[/] {}", r.verdict))
+
+
+def rank_table(per_rank, categories: list[str], title: str, width: int):
+    """The per-rank table of the step's categories, ``ms (share)`` a cell; where that is wider
+    than ``width`` (an 80-column terminal), each cell on two lines and lighter rules, so that
+    every header stays whole ("communication", not "commun…")."""
+    from rich import box
+    from rich.table import Table
+
+    def build(compact: bool) -> Table:
+        t = Table(title=plain(title), title_justify="left",
+                  **({"box": box.SIMPLE_HEAD, "pad_edge": False} if compact else {}))
+        t.add_column("rank", justify="right")
+        t.add_column("step", justify="right")
+        for c in categories:
+            t.add_column(plain(c), justify="right")
+        sep = "\n" if compact else " "
+        for row in per_rank:
+            t.add_row(str(int(row["rank"])), f"{row['step_ms']:.1f}",
+                      *[f"{row[f'{c}_ms']:.1f}{sep}({row[f'{c}_pct']:.0f}%)" for c in categories])
+        return t
+
+    import io
+
+    wide = build(False)
+    if make(io.StringIO(), width=PIPED_WIDTH).measure(wide).maximum <= width:
+        return wide
+    return build(True)
 
 
 def _print_model(model, metrics, con) -> None:
@@ -149,7 +185,7 @@ def _print_model(model, metrics, con) -> None:
     if lay:
         parts.append(f"dp {lay['dp']} tp {lay['tp']} pp {lay['pp']}" + (f" ZeRO-{lay['zero']}" if lay.get("zero") else "")
                      + (" FSDP" if lay.get("fsdp") else ""))
-    con.print(f"[bold]model:[/] {', '.join(parts)}")
+    con.print(line("[bold]model:[/] {}", ", ".join(map(str, parts))))
     if metrics.tokens_per_s:
         con.print(f"  tokens/s: {metrics.tokens_per_s:,.0f}")
 
@@ -177,41 +213,51 @@ def memory_line(memory: dict | None) -> str | None:
 
 
 def _print_memory(memory, con) -> None:
-    from rich.markup import escape
-
-    if line := memory_line(memory):
-        con.print(f"[bold]memory:[/] {escape(line)}")
+    if said := memory_line(memory):
+        con.print(line("[bold]memory:[/] {}", said))
         if memory.get("note"):
-            con.print(f"[cyan]note:[/] {escape(memory['note'])}")
+            con.print(line("[cyan]note:[/] {}", memory["note"]))
 
 
-def _print_efficiency(eff, con, top: int = 6) -> None:
-    """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes)."""
+def _print_efficiency(eff, con, top: int = 6, withheld: set[str] = frozenset()) -> None:
+    """MFU and the kernel-class breakdown (analysis.flops / analysis.kernel_classes); ``withheld``:
+    the figures past their physical bounds (``Result.implausible``), named as withheld."""
     if not eff:
         return
     mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff.dtype_flops_pct.items(), key=lambda kv: -kv[1]))
-    mfu = f"MFU {eff.mfu_pct:.1f}%" if eff.mfu_pct is not None else "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
+    if eff.mfu_pct is not None:
+        mfu = f"MFU {eff.mfu_pct:.1f}%"
+    elif "efficiency.mfu_pct" in withheld:
+        mfu = "MFU withheld (past the device's peak: see the warning)"
+    else:
+        mfu = "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
     if eff.mfu_bf16_pct is not None and eff.mfu_bf16_pct != eff.mfu_pct:
         mfu += f" ({eff.mfu_bf16_pct:.1f}% of the bf16 peak)"
     if eff.hfu_pct is not None and eff.mfu_source == "model":
         mfu += f", HFU {eff.hfu_pct:.1f}%"
-    flops, rate = eff.flops_per_step, eff.achieved_tflops * 1e12
-    unit, scale = ("TFLOP", 1e12) if max(flops, rate) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
-    con.print(f"[bold]efficiency:[/] {flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s, {mfu}; "
-              f"FLOPs by dtype: {mix}")
+    elif "efficiency.hfu_pct" in withheld and eff.mfu_source == "model":
+        mfu += ", HFU withheld"
+    flops = eff.flops_per_step
+    rate = eff.achieved_tflops * 1e12 if eff.achieved_tflops is not None else None
+    unit, scale = ("TFLOP", 1e12) if max(flops, rate or 0) >= 1e12 else ("GFLOP", 1e9)  # CPU runs: GFLOP
+    if rate is None:
+        rated = f"{flops / scale:.3g} {unit} per step (implausible: see the warning)"
+    else:
+        rated = f"{flops / scale:.2f} {unit} per step, {rate / scale:.1f} {unit}/s"
+    con.print(line("[bold]efficiency:[/] {}; FLOPs by dtype: {}", f"{rated}, {mfu}", mix))
     if eff.mfu_source == "model":
-        con.print(f"  MFU counts {eff.mfu_convention}; HFU the FLOPs the trace executed")
+        con.print(line("  MFU counts {}; HFU the FLOPs the trace executed", eff.mfu_convention))
     if eff.mfu_note:
-        con.print(f"[cyan]note:[/] {eff.mfu_note}")
+        con.print(line("[cyan]note:[/] {}", eff.mfu_note))
     if eff.classes:
         parts = []
         for c in eff.classes[:top]:
             peak = f", {c['pct_of_peak']:.0f}% of peak" if c["pct_of_peak"] is not None else ""
             parts.append(f"{c['class']}/{c['subclass']} {c['time_pct']:.0f}%{peak}")
-        con.print(f"  kernel time: {' · '.join(parts)}")
+        con.print(line("  kernel time: {}", " · ".join(parts)))
     if eff.other_kernels:
-        names = ", ".join(k["name"][:60] for k in eff.other_kernels[:3])
-        con.print(f"  unclassified kernels ({len(eff.other_kernels)}): {names}")
+        names = ", ".join(str(k["name"])[:60] for k in eff.other_kernels[:3])
+        con.print(line("  unclassified kernels ({}): {}", len(eff.other_kernels), names))
 
 
 def reporting_rank() -> bool:
@@ -239,13 +285,13 @@ def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
     script's (or 128 + the signal that ended it)."""
     if not reporting_rank():
         return code
-    note(f"[bold]workbench[/]: run written to {run_dir} (exit code {code})")
+    note(line("[bold]workbench[/]: run written to {} (exit code {})", run_dir, code))
     if not analyze:
         return code
     try:
         print_analysis(analysed(run_dir).result)
     except WorkbenchError as e:
-        note(f"[yellow]workbench: nothing to analyze: {e}[/]")
+        note(line("[yellow]workbench: nothing to analyze: {}[/]", e))
         return code
     except KeyboardInterrupt:
         interrupted()
@@ -255,6 +301,6 @@ def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
         error(f"no verdict here: analysis needs {e.name or e} (pip install workbench); the run is kept: "
               f"workbench analyze {run_dir}")
         return code
-    note(f"next: [bold]workbench analyze {run_dir}[/] · [bold]streamlit run app.py -- --traces {run_dir.parent}[/]")
+    note(line("next: [bold]workbench analyze {}[/] · [bold]streamlit run app.py -- --traces {}[/]", run_dir, run_dir.parent))
     return code
 

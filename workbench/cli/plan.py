@@ -3,6 +3,8 @@ work is in workbench.plan. Imports nothing heavy at registration (no torch, pand
 
 from __future__ import annotations
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+
 import argparse
 import json
 import sys
@@ -51,8 +53,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", default=None, metavar="S", help="sequence length (default: the model's)")
     p.add_argument("--top", default=None, metavar="K", help="layouts to show (default 5)")
     p.add_argument("--layout", default=None, metavar="SPEC",
-                   help="evaluate this layout too (first in the output): tp=8,pp=8,dp=1,zero=1,mb=1,"
-                        "recompute=selective,sp=1,vpp=3[,schedule=gpipe]; dp defaults to what the GPUs leave")
+                   help="evaluate this layout too (first in the output): comma-separated keys tp, pp, dp, zero (0-3), "
+                        "mb, recompute (none, selective, full), sp (0, 1), vpp, schedule (1f1b, gpipe), e.g. "
+                        "tp=8,pp=8,mb=1,recompute=selective; dp defaults to what the GPUs leave")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="RUN",
                    help="workbench runs whose measured efficiencies replace the defaults (any number; one GPU is enough)")
     p.add_argument("--stack", default=None, choices=("megatron", "deepspeed", "torch"),
@@ -77,8 +80,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                      "split, and why the others lost.",
          examples=_examples(), arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from workbench.cli.console import make, out
     from workbench.plan.report import print_plan, to_json
     from workbench.calibration.request import build_request
     from workbench.plan.search import plan
@@ -97,12 +99,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
             print(f"workbench: warning: {w}", file=sys.stderr)
-        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write(dumps(doc, indent=2))
         sys.stdout.write("\n")
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
-    con = Console(file=sys.stdout, highlight=False)
-    if not con.is_terminal:
-        con.width = max(con.width, 160)  # files and pipes: keep the table's columns whole
-    print_plan(doc, con, notes=Console(stderr=True, highlight=False, soft_wrap=True))
+    con = out()  # a terminal's width; a file or a pipe gets whole lines
+    print_plan(doc, con, notes=make(stderr=True, soft_wrap=True))
     return 0

@@ -9,6 +9,7 @@ parser is built on GPU boxes that may lack pandas or plotly).
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,10 +68,44 @@ def registered() -> list[Command]:
     return list(_COMMANDS.values())
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` fitted to the terminal: the description, each option's help and the prose after
+    the examples wrapped at its width between words, never inside one (a token longer than the line
+    stays whole on a line of its own); the examples one command a line, as written, an example's
+    ``# comment`` on the next line where command and comment do not fit together."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for par in text.split("\n\n"):
+            if par.startswith("examples:"):
+                out.append("\n".join(indent + ln for line in par.splitlines() for ln in _example(line, width)))
+            else:
+                out.append("\n".join(indent + ln for ln in _wrap(par, width)))
+        return "\n\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(" ".join(text.split()), max(width, 20), break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def _example(line: str, width: int) -> list[str]:
+    """One line of the examples: as written, or its command and then its ``# comment`` where both do
+    not fit in ``width`` (a command is never cut: it is copied as it stands)."""
+    cmd, hash_, comment = line.partition("  # ")
+    if len(line) <= width or not hash_ or not cmd.strip():
+        return [line]
+    lead = len(cmd) - len(cmd.lstrip())
+    return [cmd.rstrip(), " " * (lead + 4) + "# " + comment.strip()]
+
+
 def add_parser(sub, cmd: Command) -> argparse.ArgumentParser:
-    """``cmd``'s parser under the subparsers ``sub``, its description and examples kept as written."""
+    """``cmd``'s parser under the subparsers ``sub``: its description and options' help fitted to
+    the terminal, its examples kept as written (:class:`HelpFormatter`)."""
     p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description, epilog=cmd.examples,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=HelpFormatter)
     cmd.arguments(p)
     p.set_defaults(func=cmd.run)
     return p

@@ -82,13 +82,19 @@ def _run_file(name: str) -> str | None:
     return next((why for rx, why in RUN_FILES if rx.match(name)), None)
 
 
-def find(path: Path | str) -> Found:
-    """Sort the ``*.json[.gz]`` files of directory ``path`` into traces and the rest (see the
-    module docstring for the rule)."""
-    out = Found()
+def json_files(path: Path | str) -> set[Path]:
+    """The ``*.json[.gz]`` files of directory ``path`` (by name: nothing is read)."""
     files: set[Path] = set()
     for g in JSON_GLOBS:
         files.update(p for p in Path(path).glob(g) if p.is_file())
+    return files
+
+
+def find(path: Path | str, files: set[Path] | None = None) -> Found:
+    """Sort the ``*.json[.gz]`` files of directory ``path`` (or ``files``, its :func:`json_files`)
+    into traces and the rest (see the module docstring for the rule)."""
+    out = Found()
+    files = json_files(path) if files is None else files
     for f in sorted(files):
         why = None if _conventional(f.name) else (_run_file(f.name) or why_not_a_trace(f))
         if why is None:

@@ -12,6 +12,7 @@ the same rank, or time) are set aside with a warning: :mod:`workbench.load.jobs`
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,17 @@ def _read_small_json(path: Path) -> tuple[dict | None, str | None]:
     if not isinstance(doc, dict):
         return None, f"{path.name}: not a JSON object; ignored"
     return doc, None
+MAX_RANKS = 1024
+"""Trace files one analysis takes (a rank each, a few profiler cycles of one rank at most): ~0.08 s
+per small rank on this 2-core machine (1,000 ranks in 82 s; 10,000 ran past 300 s), more with
+size. A bigger job is looked at through a directory of the ranks that matter."""
+MAX_RANKS_ENV = "WORKBENCH_MAX_RANKS"
+
+
+def max_ranks() -> int:
+    """:data:`MAX_RANKS`, or ``$WORKBENCH_MAX_RANKS`` where it is a positive integer."""
+    v = os.environ.get(MAX_RANKS_ENV, "")
+    return int(v) if v.isdigit() and int(v) > 0 else MAX_RANKS
 
 
 def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None) -> Run:
@@ -198,7 +210,13 @@ def locate(path: Path | str) -> tuple[Run, list[Path]]:
     if path.is_file():
         return Run(path=path.parent, manifest={}, ranks={}), [path]
     manifest, manifest_notes = manifest_file.read(path)
-    found = discover.find(path)
+    files = discover.json_files(path)
+    cap = max_ranks()
+    if len(files) > cap:
+        raise WorkbenchError(f"{path}: {len(files):,} trace files, more than the {cap:,} ranks analysed at once (each takes "
+                             f"~0.1 s and more with its trace's size): analyse a directory of the ranks to look at, or "
+                             f"raise the cap with {MAX_RANKS_ENV}=N")
+    found = discover.find(path, files)
     if not found.taken and not manifest:
         skipped = f" ({found.skipped_text()})" if found.skipped else ""
         raise WorkbenchError(f"{path}: no manifest.json and no trace files (*.json[.gz] holding traceEvents){skipped}; "
@@ -247,6 +265,10 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
     run.warnings.extend(notes(run))
+    if wanted is None:  # all the ranks asked for: is that the whole job, on one kind of device?
+        from workbench.load import completeness
+
+        run.warnings.extend(completeness.notes(run))
     manifest = run.manifest
     if manifest.get("status") == contract.STATUS_FAILED:
         error = manifest.get("error") if isinstance(manifest.get("error"), str) else ""

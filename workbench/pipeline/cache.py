@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench.format import contract
 from workbench.format.discover import rank_from_name
+from workbench.format.atomic import write_atomic
 from workbench.format.errors import WorkbenchError
 from workbench.format.manifest import read_manifest
 from workbench.format.kineto import trace_files
@@ -427,9 +428,7 @@ def write_result(path: Path | str, analysis: dict, variant: str = "") -> None:
         return
     try:
         name = result_file(variant)
-        tmp = target / (name + ".tmp")
         analysis = json.loads(json.dumps(analysis, default=str))  # the digest is of what reads back
-        tmp.write_text(json.dumps({"key": key, "digest": _digest(analysis), "analysis": analysis}))
-        os.replace(tmp, target / name)
-    except OSError:
+        write_atomic(target / name, json.dumps({"key": key, "digest": _digest(analysis), "analysis": analysis}))
+    except OSError:  # a full disk: no cached result (and no half-written file)
         pass

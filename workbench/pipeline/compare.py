@@ -12,7 +12,10 @@ the measured speed-up next to what A's diagnoses estimated.
       "resolved": [{"id", "severity", "title", "estimated_speedup_max", "within_estimate"}],
                                         # in A at warning or above, absent or info in B
       "new": [{"id", "severity", "title"}],   # in B at warning or above, not so in A
-      "persisting": [str]               # ids at warning or above in both
+      "persisting": [str],              # ids at warning or above in both
+      "mismatches": [str]               # how A and B are not like for like (GPU model, CPU vs GPU, the
+                                        # model, the rank count, a partial run): the deltas and the
+                                        # speed-up are then not a fix's; [] when they are
     }
 Which steps each number covers (workbench.pipeline.verdict's ``metrics``): ``step_ms``, the category
 shares and ``speedup_measured`` the profiled steps (the trace, as the diagnoses' estimates);
@@ -52,6 +55,8 @@ class Comparison:
     speedup_measured: float | None = None
     estimates: dict[str, float | None] = field(default_factory=dict)
     """Resolved id → A's estimated ``speedup_max``."""
+    mismatches: list[str] = field(default_factory=list)
+    """How A and B differ beyond a change to the job (:func:`mismatches`)."""
 
     def within_estimate(self, rule_id: str) -> bool | None:
         est = self.estimates.get(rule_id)
@@ -76,6 +81,7 @@ class Comparison:
                          for i in self.resolved],
             "new": [{"id": i, "severity": db[i].severity, "title": db[i].title} for i in self.new],
             "persisting": list(self.persisting),
+            "mismatches": list(self.mismatches),
         }
 
 
@@ -118,6 +124,47 @@ def default_pair(runs: list[dict]) -> tuple[int, int] | None:
     return max(range(1, len(runs)), key=likeness), 0
 
 
+PARAMS_TOLERANCE = 0.25
+"""Two runs whose models' parameter counts differ by more are two models."""
+
+
+def _gpu(result: Result) -> str | None:
+    from workbench.hardware.devices import resolve
+
+    found = resolve(result.run.device) if result.run.device else None
+    return found.gpu.key if found is not None else result.run.device
+
+
+def mismatches(a: Result, b: Result) -> list[str]:
+    """How runs A and B are not like for like: the device class (CPU vs GPU), the GPU model, the
+    model (layers, hidden size, parameters), the rank count, a partial or mixed run. Each one line."""
+    out: list[str] = []
+    if a.run.has_gpu != b.run.has_gpu:
+        where = {True: "GPUs", False: "CPUs"}
+        out.append(f"the device class: A ran on {where[a.run.has_gpu]}, B on {where[b.run.has_gpu]}")
+    elif a.run.has_gpu and _gpu(a) != _gpu(b):
+        out.append(f"the GPU: A ran on {a.run.device or 'an unknown GPU'}, B on {b.run.device or 'an unknown GPU'}")
+    ma, mb = a.model, b.model
+    shape_a = (ma.value("layers"), ma.value("hidden"))
+    shape_b = (mb.value("layers"), mb.value("hidden"))
+    pa, pb = ma.value("params_total"), mb.value("params_total")
+    if all(shape_a) and all(shape_b) and shape_a != shape_b:
+        out.append(f"the model: A's has {shape_a[0]} layers of {shape_a[1]}, B's {shape_b[0]} of {shape_b[1]}")
+    elif pa and pb and abs(pa / pb - 1) > PARAMS_TOLERANCE:
+        out.append(f"the model: A's has {pa / 1e6:,.1f}M parameters, B's {pb / 1e6:,.1f}M")
+    elif (ma.kind or mb.kind) and ma.kind != mb.kind:
+        out.append(f"the model: A's is {ma.kind or 'unknown'}, B's {mb.kind or 'unknown'}")
+    if a.run.world_size != b.run.world_size:
+        out.append(f"the ranks: A had {a.run.world_size}, B {b.run.world_size}")
+    for tag, r in (("A", a), ("B", b)):
+        if r.run.partial:
+            p = r.run.partial
+            out.append(f"{tag} is partial: traces of {len(p['ranks_analysed'])} of its {p['world_size']} ranks")
+        if r.run.devices:
+            out.append(f"{tag}'s ranks ran on {len(r.run.devices)} GPU models")
+    return out
+
+
 def _serious(result: Result) -> set[str]:
     return {d.id for d in result.serious()}
 
@@ -144,4 +191,4 @@ def compare_runs(a: Result, b: Result) -> Comparison:
     speedup = step_a / step_b if step_a and step_b else None
     estimates = {d.id: d.estimated_gain.get("speedup_max") for d in a.diagnoses if d.id in resolved}
     return Comparison(a=a, b=b, metrics=metrics, resolved=resolved, new=new, persisting=persisting,
-                      speedup_measured=speedup, estimates=estimates)
+                      speedup_measured=speedup, estimates=estimates, mismatches=mismatches(a, b))

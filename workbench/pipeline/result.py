@@ -10,7 +10,10 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
     {
       "json_schema": "workbench.analyze/1",
       "run": {"path", "name", "status", "world_size", "device", "has_gpu", "warnings": [str],
-              "steps_from"},            # what ended a step (manifest), or null
+              "steps_from",             # what ended a step (manifest), or null
+              "partial": {"world_size", "ranks_analysed": [int], "ranks_missing": str},
+                                        # present only when traces of fewer ranks than the job's
+              "devices": {device: [rank]}},   # present only when ranks ran on different GPU models
       "summary": {
         "steps": int,                   # profiled steps per rank (min over ranks)
         "step_ms": float,               # the job's step: the mean of the unprofiled
@@ -75,6 +78,10 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
         "layers": [{"layer", "steps", "experts", "tokens_per_step", "mean_tokens", "max_over_mean",
                     "maxvio", "maxvio_max", "noise_maxvio", "hottest_experts", "hottest_share_pct"}]
       }                                 # analysis.experts; an MoE run without it has a run warning
+      "implausible": [{"figure", "value", "bound", "why"}]
+                                        # present only where a figure was past its physical bound
+                                        # (workbench.pipeline.bounds): it is withheld (null) above,
+                                        # and a line of run.warnings says which evidence disagreed
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -103,6 +110,9 @@ SCHEMA_NOTES = (
                             "with or without a trace); a run whose steps are time windows says so in run.warnings and "
                             "the verdict, and leaves out metrics.steady_step_ms, tokens_per_s, mfu_pct, hfu_pct"),
     ("workbench.analyze/1", "+ expert_load (MoE runs whose expert load was recorded); metrics.expert_maxvio"),
+    ("workbench.analyze/1", "+ run.partial, run.devices (a partial run, ranks on different GPU models), where so"),
+    ("workbench.analyze/1", "+ implausible (figures withheld past their physical bounds), where there are any; "
+                            "no NaN or Infinity (a non-finite figure is null)"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -129,6 +139,14 @@ class RunInfo:
     has_gpu: bool
     warnings: tuple[str, ...] = ()
     steps_from: str | None = None
+    partial: dict | None = None
+    """Traces of fewer ranks than the job had (workbench.load.completeness.partial), or None."""
+    devices: dict | None = None
+    """device → its ranks where the ranks ran on different GPU models, or None."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = _plain({f.name: getattr(self, f.name) for f in fields(self)})
+        return {k: v for k, v in out.items() if k not in ("partial", "devices") or v is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +248,7 @@ class Efficiency:
     """FLOPs, MFU and HFU of the job's step, and the kernel classes (``efficiency``)."""
 
     flops_per_step: float
-    achieved_tflops: float
+    achieved_tflops: float | None
     mfu_pct: float | None
     mfu_bf16_pct: float | None
     hfu_pct: float | None = None
@@ -300,6 +318,8 @@ class Result:
     json_schema: str = JSON_SCHEMA
     expert_load: dict | None = None
     """Tokens per expert and MaxVio per MoE layer (analysis.experts); None where not recorded."""
+    implausible: tuple[dict, ...] = ()
+    """Figures withheld past their physical bounds (workbench.pipeline.bounds): figure, value, bound, why."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -313,7 +333,7 @@ class Result:
         s = self.summary
         return {
             "json_schema": self.json_schema,
-            "run": _plain({f.name: getattr(self.run, f.name) for f in fields(self.run)}),
+            "run": self.run.to_json(),
             "summary": _plain({f.name: getattr(s, f.name) for f in fields(s)}),
             "diagnoses": [d.to_json() for d in self.diagnoses],
             "verdict": self.verdict,
@@ -325,6 +345,7 @@ class Result:
             # absent where nothing was measured: documents of earlier releases read back unchanged
             **({"memory": _plain(self.memory)} if self.memory is not None else {}),
             **({"expert_load": _plain(self.expert_load)} if self.expert_load is not None else {}),
+            **({"implausible": _plain(self.implausible)} if self.implausible else {}),
         }
 
     @classmethod
@@ -333,7 +354,7 @@ class Result:
         r, s = doc["run"], doc["summary"]
         run = RunInfo(path=str(r["path"]), name=r["name"], status=r.get("status", "bare"), world_size=int(r["world_size"]),
                       device=r.get("device"), has_gpu=bool(r.get("has_gpu")), warnings=tuple(r.get("warnings") or ()),
-                      steps_from=r.get("steps_from"))
+                      steps_from=r.get("steps_from"), partial=r.get("partial"), devices=r.get("devices"))
         job = s.get("job")
         summary = Summary(steps=int(s.get("steps") or 0), step_ms=s.get("step_ms"), breakdown_pct=dict(s.get("breakdown_pct") or {}),
                           per_rank=tuple(s.get("per_rank") or ()), host_step_ms=s.get("host_step_ms"),
@@ -345,7 +366,8 @@ class Result:
                    collectives=tuple(doc.get("collectives") or ()), clock={str(k): v for k, v in (doc.get("clock") or {}).items()},
                    efficiency=Efficiency.from_json(doc.get("efficiency")), model=ModelInfo.from_json(doc.get("model")),
                    memory=doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
-                   json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"))
+                   json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"),
+                   implausible=tuple(doc.get("implausible") or ()))
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.pipeline import reduce
+from workbench.pipeline import bounds, reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
@@ -34,7 +34,8 @@ from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_s
 from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
 from workbench.diagnose.memory import memory_summaries
 from workbench.format.errors import WorkbenchError
-from workbench.load import Run
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+from workbench.load import Run, completeness
 from workbench.format.overhead import capture_overhead
 from workbench.pipeline.result import JSON_SCHEMA, Efficiency, Finding, Metrics, ModelInfo, Result, RunInfo, Summary  # noqa: F401 - JSON_SCHEMA: callers import it from here
 
@@ -67,6 +68,8 @@ class Analysis:
     step: analysis.job); the Timeline and "profiled steps" figures read this one."""
     job: pd.DataFrame | None = None
     """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
+    withheld: list[dict] = field(default_factory=list)
+    """Findings set aside because their evidence is past a physical bound (pipeline.bounds)."""
     _model: dict | None = None
     _efficiency: dict | None = None
     _expert_load: dict | None = None
@@ -297,10 +300,12 @@ class Analysis:
         if self._result is None:
             m = self.run.manifest
             pr = self.per_rank
+            partial, mixed = completeness.partial(self.run), completeness.mixed_devices(self.run)
             r = Result(
                 run=RunInfo(path=str(self.run.path), name=self.run.name, status=m.get("status", "bare"),
                             world_size=self.run.world_size, device=self.run.device_name, has_gpu=self.run.has_gpu,
-                            warnings=tuple(self.run.warnings), steps_from=m.get("steps_from")),
+                            warnings=tuple(self.run.warnings), steps_from=m.get("steps_from"), partial=partial,
+                            devices=mixed),
                 summary=Summary(
                     steps=int(pr["steps"].min()) if not pr.empty else 0,
                     step_ms=round(float(self.breakdown["step_ms"].mean()), 3) if not self.breakdown.empty else None,
@@ -310,7 +315,7 @@ class Analysis:
                     host_step_ms=round(float(self.breakdown["host_step_ms"].mean()), 3) if not self.breakdown.empty else None,
                     host_ahead=self.host_ahead(), **self.job_json()),
                 diagnoses=tuple(Finding.from_json(d.to_dict()) for d in self.diagnoses),
-                verdict=self.verdict,
+                verdict=self.verdict + completeness.verdict_suffix(partial, mixed),
                 metrics=Metrics.from_json(self.metrics()),
                 collectives=tuple({k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
                                   for row in self.collectives().to_dict("records")),
@@ -319,7 +324,8 @@ class Analysis:
                 model=ModelInfo.from_json(self.model_json()),
                 memory=self.context.memory_by_category if self.context is not None else None,
                 expert_load=self.expert_load_json())
-            self._result = Result.from_json(json.loads(json.dumps(r.to_json(), default=str)))
+            # every figure held to its physical bound (pipeline.bounds), then as it reads back
+            self._result = Result.from_json(json.loads(dumps(bounds.apply(r.to_json(), self.withheld), default=str)))
         return self._result
 
     def to_json(self) -> dict[str, Any]:
@@ -371,8 +377,9 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
                   experts=experts)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
-    a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=diagnose(breakdown, config, ctx),
-                 context=ctx, trace_breakdown=recorded, job=job)
+    findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
+    a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
+                 context=ctx, trace_breakdown=recorded, job=job, withheld=withheld)
     if not experts:  # an MoE run without its expert load says so (analysis.experts)
         evidence = {r: ctx.frame(ROUTED_EXPERTS, r) for r in ranks}
         if note := not_recorded_note(evidence, value(a.model_json(), "experts")):

@@ -4,7 +4,10 @@ that the comparison uses, and that the plan is for the run's job (same model, sa
 count, a GPU or a CPU run as planned).
 
 A hand-edited or truncated plan is one line naming the first bad key (``plans[0].time.step_ms
-must be a number, got 'x'``), never a traceback.
+must be a number, got 'x'``), never a traceback. Beyond types, the figures a comparison takes as
+given must be physically possible: the schema is the one this release writes, the GPU one the
+device table knows, MFU and HFU fractions of at most 1, and the model's FLOPs per token no more
+than :data:`FLOPS_PER_TOKEN_SLACK` × what its shape gives (6·N + 12·L·h·s).
 """
 
 from __future__ import annotations
@@ -22,6 +25,14 @@ MAX_DEPTH = 32
 """``workbench.plan/1`` nests 5 deep; json.loads recurses once per level and dies near 1,000."""
 PARAMS_TOLERANCE = 0.25
 """A plan's parameter count this far from the run's is another model."""
+SCHEMA = "workbench.plan/1"
+"""The plan schema this release reads (and writes: workbench.plan.report.JSON_SCHEMA)."""
+MAX_NUMBER = 1e18
+"""No figure of a plan comes near (parameters ~1e12, tokens/s ~1e9, FLOPs per token ~1e13); past
+it a number is a typo or an attack, and a JSON integer of any length fits Python but not a float."""
+FLOPS_PER_TOKEN_SLACK = 2.0
+"""A plan's model_flops_per_token may exceed 6·N + 12·L·h·s (the convention it is written in) by
+this factor (an MoE's or a variant's conventions differ by tens of per cent, never 2×)."""
 
 _MISSING = object()
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -100,8 +111,16 @@ def check_plan(doc: object, where: object = "the plan") -> None:
         v = d.get(key, _MISSING)
         if v is None and null:
             return
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0:
             raise bad(path, "a number ≥ 0" + (" or null" if null else ""), v)
+        if v > MAX_NUMBER:
+            raise bad(path, f"a number ≤ {MAX_NUMBER:g}", v)
+
+    def fraction(d: dict, key: str, path: str) -> None:
+        v = d.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
+            raise WorkbenchError(f"{where}: {path} is {v:g}, a fraction of the GPU's peak above 1: no plan predicts more "
+                                 "than the peak (write it with workbench plan … --json)")
 
     def text(d: dict, key: str, path: str, *, null: bool = False) -> None:
         v = d.get(key, _MISSING)
@@ -115,6 +134,9 @@ def check_plan(doc: object, where: object = "the plan") -> None:
     schema = doc.get("json_schema")
     if not (isinstance(schema, str) and schema.startswith("workbench.plan/")):
         raise bad("json_schema", "'workbench.plan/1'", schema)
+    if schema != SCHEMA:
+        raise WorkbenchError(f"{where}: schema {schema[:40]!r}: this workbench reads {SCHEMA!r} plans (a plan "
+                             "written by another release: make it again with this one's workbench plan … --json)")
     plans = doc.get("plans")
     if not isinstance(plans, list):
         raise bad("plans", "a list", plans)
@@ -125,9 +147,11 @@ def check_plan(doc: object, where: object = "the plan") -> None:
     text(model, "name", "model.name")
     for k in ("layers", "hidden", "params", "model_flops_per_token"):
         num(model, k, f"model.{k}")
+    _flops_per_token_bound(model, where)
     cluster = obj(doc, "cluster", "cluster")
     text(cluster, "gpu", "cluster.gpu")
     num(cluster, "gpus", "cluster.gpus")
+    _known_gpu(cluster["gpu"], where)
     text(obj(doc, "efficiencies", "efficiencies"), "source", "efficiencies.source")
     if "from_run" in doc and doc["from_run"] is not None:
         fr = obj(doc, "from_run", "from_run", null=True)
@@ -145,6 +169,8 @@ def check_plan(doc: object, where: object = "the plan") -> None:
     if t is not None:
         for k in ("step_ms", "tokens_per_s", "mfu", "tp_comm_ms", "pp_comm_ms", "dp_exposed_ms"):
             num(t, k, f"plans[0].time.{k}")
+        for k in ("mfu", "hfu"):
+            fraction(t, k, f"plans[0].time.{k}")
         if not t["step_ms"] > 0:
             raise bad("plans[0].time.step_ms", "above 0", t["step_ms"])
     colls = first.get("collectives", [])
@@ -154,6 +180,35 @@ def check_plan(doc: object, where: object = "the plan") -> None:
         if not isinstance(c, dict):
             raise bad(f"plans[0].collectives[{i}]", "an object", c)
         num(c, "bytes_per_step", f"plans[0].collectives[{i}].bytes_per_step")
+
+
+def _finite(v: int | float) -> bool:
+    """A JSON number a float holds (an integer of 400 digits does not: float() raises)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _flops_per_token_bound(model: dict, where: object) -> None:
+    """model_flops_per_token within :data:`FLOPS_PER_TOKEN_SLACK` × 6·N + 12·L·h·s of the model's shape."""
+    seq = model.get("seq")
+    seq = seq if isinstance(seq, (int, float)) and not isinstance(seq, bool) and 0 < seq <= MAX_NUMBER else 0
+    shape = 6 * model["params"] + 12 * model["layers"] * model["hidden"] * seq
+    fpt = model["model_flops_per_token"]
+    if shape > 0 and fpt > FLOPS_PER_TOKEN_SLACK * shape:
+        raise WorkbenchError(f"{where}: model.model_flops_per_token {fpt:.3g} is {fpt / shape:.3g}× what the model's shape "
+                             f"gives (6·N + 12·L·h·s = {shape:.3g}): not this model's FLOPs (write it with workbench plan … --json)")
+
+
+def _known_gpu(name: str, where: object) -> None:
+    """The plan's GPU is one the device table knows (the comparison takes its peak)."""
+    from workbench.hardware.systems import gpu_spec
+
+    try:
+        gpu_spec(name)
+    except WorkbenchError as e:
+        raise WorkbenchError(f"{where}: cluster.gpu: {e}") from None
 
 
 def job_mismatches(plan_doc: dict, run: dict, run_shape: dict | None) -> list[str]:

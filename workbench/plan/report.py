@@ -125,22 +125,25 @@ def print_plan(doc: dict, con, notes=None) -> None:
     (stderr; ``con`` when not given)."""
     from rich.table import Table
 
+    from workbench.format.markup import line, plain
+
     m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
     moe = f", {m['experts']} experts top-{m['top_k']}, {m['params_active'] / 1e9:.2f}B active" if m.get("experts") else ""
-    con.print(f"[bold]{m['name']}[/]: {m['params'] / 1e9:.2f}B parameters (L {m['layers']}, h {m['hidden']}, "
-              f"a {m['heads']}, V {m['vocab']}, s {m['seq']}{moe}) on {c['gpus']} x {c['gpu']} "
-              f"({c['gpus_per_node']} per node, {c['memory_gib']:.0f} GiB; links {c['intra_node_gbps']:.0f} / "
-              f"{c['inter_node_gbps']:.0f} Gbit/s), global batch {doc['global_batch']} "
-              f"({doc['tokens_per_step']:,} tokens), stack {doc['stack']} {doc['dtype']}")
+    con.print(line("[bold]{}[/]: {}", m["name"],
+                   f"{m['params'] / 1e9:.2f}B parameters (L {m['layers']}, h {m['hidden']}, "
+                   f"a {m['heads']}, V {m['vocab']}, s {m['seq']}{moe}) on {c['gpus']} x {c['gpu']} "
+                   f"({c['gpus_per_node']} per node, {c['memory_gib']:.0f} GiB; links {c['intra_node_gbps']:.0f} / "
+                   f"{c['inter_node_gbps']:.0f} Gbit/s), global batch {doc['global_batch']} "
+                   f"({doc['tokens_per_step']:,} tokens), stack {doc['stack']} {doc['dtype']}"))
     if e["source"] == "defaults":
         con.print(f"efficiencies: [yellow]datasheet peaks x stated defaults[/] (GEMM {e['gemm']:.0%}, attention "
                   f"{e['attention']:.0%}, memory-bound {e['memory_bound']:.0%} of HBM); --calibrate RUN measures yours")
     else:
-        con.print(f"efficiencies: [green]calibrated[/] on {', '.join(e['runs'])}")
+        con.print(line("efficiencies: [green]calibrated[/] on {}", ", ".join(map(str, e["runs"]))))
         for n in e["notes"]:
-            con.print(f"  {n}")
+            con.print(plain(f"  {n}"))
     for w in e.get("warnings") or []:
-        (notes or con).print(f"[yellow]warning:[/] {w}")
+        (notes or con).print(line("[yellow]warning:[/] {}", w))
     fr = doc.get("from_run") or {}
     if "predicted" in fr:
         print_from_run(fr, con)
@@ -157,7 +160,7 @@ def print_plan(doc: dict, con, notes=None) -> None:
         rank = "given" if p["given"] else str(p["rank"])
         if p["given"] and p["rank"]:
             rank = f"given ({p['rank']})"
-        cells = [rank, short_key(p["layout"]), f"{mem['weights_gib']:.1f}", f"{mem['gradients_gib']:.1f}",
+        cells = [rank, plain(short_key(p["layout"])), f"{mem['weights_gib']:.1f}", f"{mem['gradients_gib']:.1f}",
                  f"{mem['optimizer_gib']:.1f}", f"{mem['activations_gib'] + mem['loss_gib'] + mem['buffers_gib']:.1f}",
                  ("" if p["fits"] else "[red]") + f"{mem['total_gib']:.1f}" + ("" if p["fits"] else "[/]")]
         if tm:
@@ -171,22 +174,24 @@ def print_plan(doc: dict, con, notes=None) -> None:
     con.print(t)
     for p in doc["plans"][:2]:
         if p["problem"]:
-            con.print(f"[red]{p['layout_key']}: cannot run: {p['problem']}[/]")
+            con.print(line("[red]{}: cannot run: {}[/]", p["layout_key"], p["problem"]))
             continue
         mem = p["memory"]
-        con.print(f"[bold]{'given' if p['given'] else '#' + str(p['rank'])} {p['layout_key']}[/]: "
-                  f"peak {mem['total_gib']:.1f} GiB at {mem['phase']} on stage {mem['stage']}"
-                  + ("" if p["fits"] else f" — [red]does not fit in {c['usable_memory_gib']:.0f} GiB[/]"))
+        con.print(line("[bold]{} {}[/]: peak {} GiB at {} on stage {}" + ("" if p["fits"] else " — [red]does not fit in {} GiB[/]"),
+                       "given" if p["given"] else "#" + str(p["rank"]), p["layout_key"], f"{mem['total_gib']:.1f}", mem["phase"],
+                       mem["stage"], *(() if p["fits"] else (f"{c['usable_memory_gib']:.0f}",))))
         for k, f in mem["formulas"].items():
-            con.print(f"    {k}: {f}")
+            con.print(plain(f"    {k}: {f}"))
     if doc["rejected"]:
         con.print("[bold]why the others lost[/]")
         for x in doc["rejected"]:
-            con.print(f"  {x['count']:>6,} {x['reason']}: e.g. {x['example']} — {x['detail']}")
+            con.print(plain(f"  {x['count']:>6,} {x['reason']}: e.g. {x['example']} — {x['detail']}"))
 
 
 def print_from_run(fr: dict, con) -> None:
     """The run beside its prediction, then the alternatives (rich console)."""
+    from workbench.format.markup import line, plain
+
     meas, pred, err = fr.get("measured") or {}, fr.get("predicted") or {}, fr.get("error_pct") or {}
 
     def pair(p, m, e, unit):
@@ -195,8 +200,8 @@ def print_from_run(fr: dict, con) -> None:
 
     src = {"manifest": "its manifest's engine config", "traces": "the model inferred from its traces",
            "MODEL": "the MODEL given, the rest inferred from its traces"}.get(fr.get("source"), fr.get("source"))
-    con.print(f"[bold]the run[/] {fr['name']} ({src}): {pred.get('layout_key')}"
-              + (f" — {fr['note']}" if fr.get("note") else ""))
+    con.print(line("[bold]the run[/] {}", f"{fr['name']} ({src}): {pred.get('layout_key')}"
+                                                + (f" — {fr['note']}" if fr.get("note") else "")))
     con.print(f"  step: {pair(pred.get('step_ms'), meas.get('step_ms'), err.get('step'), 'ms')}")
     con.print(f"  peak memory: {pair(pred.get('memory_gib'), meas.get('peak_memory_gib'), err.get('memory'), 'GiB')}")
     if meas.get("data_wait_ms") and meas.get("step_ms") and meas["data_wait_ms"] > 0.05 * meas["step_ms"]:
@@ -206,18 +211,18 @@ def print_from_run(fr: dict, con) -> None:
         con.print("  (the run ran on CPUs: its time and memory are not a GPU's; workbench compare RUN PLAN.json holds "
                   "its allocations and communication against this plan)")
     for a in fr.get("assumed") or []:
-        con.print(f"  assumed: {a}")
+        con.print(plain(f"  assumed: {a}"))
     if fr.get("alternatives"):
         con.print("[bold]alternatives[/] (same global batch and calibration; speed-up per GPU against the run's prediction)")
         for a in fr["alternatives"]:
             gpus = f"{a['gpus']:>6,} GPU{'s' * (a['gpus'] != 1)}"
             if not a.get("layout_key"):
-                con.print(f"  {gpus}: {a['note']}")
+                con.print(plain(f"  {gpus}: {a['note']}"))
                 continue
             anchored = f", {_num(a['anchored_step_ms'])} ms anchored on the run" if a.get("anchored_step_ms") else ""
             note = f" — {a['note']}" if a.get("note") else ""
-            con.print(f"  {gpus}: {a['layout_key']}: {_num(a['step_ms'])} ms{anchored}, "
-                      f"{_num(a['memory_gib'])} GiB, {a['speedup_per_gpu']:.2f}x per GPU{note}")
+            con.print(plain(f"  {gpus}: {a['layout_key']}: {_num(a['step_ms'])} ms{anchored}, "
+                            f"{_num(a['memory_gib'])} GiB, {a['speedup_per_gpu']:.2f}x per GPU{note}"))
 
 
 def _num(x: float | None) -> str:

@@ -11,6 +11,7 @@ import html
 from datetime import datetime, timezone
 from pathlib import Path
 
+from workbench.format.atomic import write_atomic
 from workbench.format.errors import WorkbenchError
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
@@ -150,8 +151,8 @@ def write_report(path: Path | str, out: Path | str) -> Path:
     if out.parent and not out.parent.exists():
         raise WorkbenchError(f"{out.parent}: no such directory")
     text = render(shown(path))
-    try:
-        out.write_text(text, encoding="utf-8")
+    try:  # whole or not at all: a full disk leaves no truncated report (format.atomic)
+        write_atomic(out, text)
     except OSError as err:
-        raise WorkbenchError(f"{out}: cannot write ({err.strerror or err})") from None
+        raise WorkbenchError(f"{out}: cannot write ({err.strerror or err}); nothing was written") from None
     return out

@@ -62,7 +62,7 @@ def efficiency_page() -> None:
                 "Profile it on a GPU with `workbench profile` (shapes are recorded by default).")
         if eff is not None:
             st.caption(f"FLOPs counted from the ops' shapes on the CPU: {eff.flops_per_step / 1e9:,.2f} GFLOP per step, "
-                       f"{eff.achieved_tflops * 1e3:,.2f} GFLOP/s; there is no CPU peak to compare them with.")
+                       f"{(eff.achieved_tflops or 0) * 1e3:,.2f} GFLOP/s; there is no CPU peak to compare them with.")
         return
     peak = eff.peak
     cols = st.columns(5)

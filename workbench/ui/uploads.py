@@ -7,7 +7,7 @@ What can come in is a user's file, so nothing is trusted:
   ``*.pt.trace.json[.gz]``, flat or under one top folder: absolute paths, ``..``, symlinks,
   nested folders, other files (pickles, scripts) are refused before anything is written;
 - sizes are capped (upload, each member, the sum, counted while reading, so a lying zip header
-  or a zip bomb cannot fill the disk);
+  or a zip bomb cannot fill the disk), and so is the number of members (each is read and checked);
 - content is parsed only as JSON (traces through :func:`workbench.load.read_trace`, the rest with
   ``json.loads``) or as UTF-8 CSV text; nothing is unpickled or executed.
 Everything is written into a hidden staging folder inside the root and renamed into place only
@@ -30,9 +30,14 @@ from workbench.format.contract import MANIFEST
 from workbench.format.errors import WorkbenchError
 from workbench.format.manifest import read_manifest
 from workbench.load import read_trace
+from workbench.load.run import MAX_RANKS
 
 MAX_UPLOAD_BYTES = 1 << 30  # what the browser sends (also .streamlit/config.toml maxUploadSize)
 MAX_EXTRACTED_BYTES = 8 << 30  # all members of a zip, uncompressed
+MAX_MEMBERS = 4 * MAX_RANKS + 1
+"""Files a zipped run may hold: a trace, a steps and an NVML CSV and a status per rank of the most
+ranks one analysis takes (workbench.load.run.MAX_RANKS), and the manifest. Each member is read and
+checked (~6.5 ms each: a zip of 25,000 took 162 s)."""
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TRACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.pt\.trace\.json(\.gz)?$")
 JSON_NAME = re.compile(r"^(manifest|(env|status)_rank\d+)\.json$")
@@ -109,7 +114,11 @@ def _check_size(what: str, size: int, limit: int) -> None:
 def _plan(zf: zipfile.ZipFile, max_extracted: int) -> list[tuple[zipfile.ZipInfo, str]]:
     """Check every member's name, type and declared size; map it to a flat file name."""
     files = []
-    for info in zf.infolist():
+    infos = zf.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise UploadError(f"the zip holds {len(infos):,} members, more than the {MAX_MEMBERS:,} of a run of "
+                          f"{MAX_RANKS:,} ranks (zip the ranks to look at)")
+    for info in infos:
         raw = info.filename
         if "\\" in raw or raw.startswith("/") or re.match(r"^[A-Za-z]:", raw):
             raise UploadError(f"zip member {raw!r}: absolute or Windows path refused")

@@ -1,0 +1,54 @@
+"""The terminal a newcomer has: 80 columns, or a pipe. Tables fit the terminal with every header
+whole; into a file or a pipe each line is written whole (no wrapping at any width)."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from tests.golden import golden
+
+pytestmark = pytest.mark.committed
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return golden.load_golden()["ddp_slow_data"]["doc"]  # 2 ranks, six categories, a long verdict
+
+
+def test_the_rank_table_keeps_its_headers_whole_at_80_columns(doc):
+    from workbench.cli.console import make, print_analysis
+
+    con = make(io.StringIO(), width=80)
+    print_analysis(doc, con)
+    text = con.file.getvalue()
+    assert max(map(len, text.splitlines())) <= 80
+    header = next(ln for ln in text.splitlines() if " rank " in ln)
+    for c in doc["summary"]["breakdown_pct"]:
+        assert f" {c} " in f"{header} ", (c, header)  # before: "commun…", "datalo…"
+    assert "…" not in text
+
+
+def test_piped_output_is_whole_lines(doc, monkeypatch):
+    from workbench.cli.console import print_analysis
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # not a terminal: a file or a pipe
+    print_analysis(doc)
+    lines = sys.stdout.getvalue().splitlines()
+    assert f"verdict: {doc['verdict']}" in lines  # one line, however long
+    assert any(ln.startswith("         fix: ") and ln.endswith(doc["diagnoses"][0]["recommendation"]) for ln in lines)
+
+
+def test_a_piped_plan_is_whole_lines(monkeypatch):
+    from workbench.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["plan", "gpt3-175b", "--gpus", "1024", "--gpu", "H100", "--top", "2"]) == 0
+    lines = out.getvalue().splitlines()
+    first = lines[0]
+    assert first.startswith("gpt3-175b: ") and first.endswith("stack megatron bf16"), first  # wrapped at ~150 before
