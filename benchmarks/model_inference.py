@@ -54,7 +54,7 @@ def engine_truth(manifest: dict) -> dict:
         "micro_batches": mb, "global_tokens_per_step": d["batch_size"] * m["seq_len"] * dp * (1 if mode == "pp" else mb),
         "recompute": "full" if t["activation_checkpointing"] else "none", "optimizer": t["optimizer"],
         "layout": {"world_size": world, "dp": dp, "tp": tp, "pp": pp, "fsdp": mode in ("zero2", "zero3"),
-                   "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0)},
+                   "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0), "ep": 1},
         "dtype": dtype,
     }
     if mode != "pp":
@@ -105,7 +105,7 @@ def llama_truth(run: Path) -> dict | None:
             "kv_heads": arg["kv-heads"], "head_dim": arg["dim"] // arg["heads"], "ffn": arg["ffn"], "gated": True,
             "vocab": arg["vocab"], "tied": False, "seq": arg["seq"], "micro_batch": arg["batch"],
             "micro_batches": arg.get("accum", 1), "recompute": ac, "optimizer": "adamw",
-            "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0}}
+            "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0, "ep": 1}}
 
 
 def runs() -> list[tuple[str, dict]]:
