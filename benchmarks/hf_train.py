@@ -21,6 +21,10 @@ MFU uses): 6 · (active − input embedding tables; a tied table counts once, as
 + 6 · L · heads · (qk head dim + v head dim) · seq. Needs transformers (5.x):
 
     workbench profile --schedule 1,1,2 benchmarks/hf_train.py --family qwen3_moe --steps 8
+
+On a GPU (``bash benchmarks/gpu_moe.sh OUT``): ``--device cuda --bf16 --width 8 --layers 8 --vocab
+32000 --seq 1024 --batch 4 --peak-tflops 989`` scales every width by 8 and prints its own MFU per
+step (the FLOPs per token above × its tokens/s / the peak), as torchtitan does.
 """
 
 from __future__ import annotations
@@ -34,9 +38,25 @@ import torch
 
 BASE = dict(vocab_size=2048, hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
             max_position_embeddings=512, tie_word_embeddings=False)
+WIDTHS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "head_dim", "q_lora_rank", "kv_lora_rank",
+          "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+"""Config keys ``--width`` multiplies (heads and experts stay)."""
 
 
-def config(family: str):
+def config(family: str, width: int = 1, layers: int | None = None, vocab: int | None = None, seq: int = 128):
+    cfg = _config(family)
+    for k in WIDTHS:
+        if getattr(cfg, k, None):
+            setattr(cfg, k, getattr(cfg, k) * width)
+    if layers:
+        cfg.num_hidden_layers = layers
+    if vocab:
+        cfg.vocab_size = vocab
+    cfg.max_position_embeddings = max(cfg.max_position_embeddings, seq)
+    return cfg
+
+
+def _config(family: str):
     from transformers import AutoConfig
 
     if family == "qwen3_moe":
@@ -119,27 +139,38 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--width", type=int, default=1, help="multiply every width of the config (GPU runs)")
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--vocab", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights and AdamW states)")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="print MFU per step against this peak")
     args = ap.parse_args()
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    cfg = config(args.family)
+    cfg = config(args.family, args.width, args.layers, args.vocab, args.seq)
     kw = {"experts_implementation": args.experts_impl} if args.experts_impl else {}
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", **kw)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", **kw).to(args.device)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.device != "cpu")
     t = truth(model, cfg, args.seq, args.batch)
     times = []
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     for step in range(args.steps):
         t0 = time.perf_counter()
-        x = torch.randint(0, cfg.vocab_size, (args.batch, args.seq))
-        loss = model(input_ids=x, labels=x).loss
+        x = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=args.device)
+        with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16):
+            loss = model(input_ids=x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()  # a CPU-GPU sync point: the step's time on the GPU's clock, as trainers time it
         ms = 1e3 * (time.perf_counter() - t0)
         times.append(ms)
-        print(f"step {step}: loss {loss.item():.4f}, time {ms:.1f} ms", flush=True)
+        tps = args.batch * args.seq / (ms / 1e3)
+        mfu = f", mfu {100 * t['model_flops_per_token'] * tps / (args.peak_tflops * 1e12):.2f}%" if args.peak_tflops else ""
+        print(f"step {step}: loss {loss.item():.4f}, time {ms:.1f} ms, tokens/s {tps:,.0f}{mfu}", flush=True)
     steady = statistics.median(times[2:]) if len(times) > 2 else statistics.median(times)
     t["tokens_per_s"] = round(args.batch * args.seq / (steady / 1e3), 1)
     print("truth: " + json.dumps(t, sort_keys=True), flush=True)

@@ -6,7 +6,12 @@ FSDP2, recomputation none / selective / full); the engine's runs carry their con
 ``case_*``, ``fault_*``, ``plan_gpu_*``, ``gpu_fsdp2_370m``); nanoGPT's runs are GPT-2 124M with
 the arguments traces/README.md lists (``--batch_size=12 --gradient_accumulation_steps=4``;
 ``bench.py``: batch 12, one micro-batch); ImageNet and timm runs are torchvision's/timm's
-ResNet-50 (25,557,032 parameters) at the batch their command gives. Beside the fields, each run's
+ResNet-50 (25,557,032 parameters) at the batch their command gives; the Hugging Face model runs
+(``traces/moe_*``, ``traces/dense_*``: mixtures of experts, latent attention, a Qwen3-shaped dense
+model) print their own truth (benchmarks/hf_train.py's ``truth:`` line in ``console.log``:
+parameters total and active by torchtitan's rule, FLOPs per token by the convention, the shape).
+``params_total`` counts as right within 1 %, ``params_active`` within 10 %, ``model_flops_per_token``
+within 5 % (the acceptance's tolerances); every other field exactly. Beside the fields, each run's
 MFU: the workbench's (model FLOPs, the job's step) against what the trainer prints — nanoGPT's
 ``mfu`` (against an A100's 312 TFLOP/s, rescaled to the H200's 989), the engine's ``throughput:``
 line (PaLM FLOPs per token from its manifest × tokens per step / (step × the device's peak), the
@@ -108,6 +113,29 @@ def llama_truth(run: Path) -> dict | None:
             "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0, "ep": 1}}
 
 
+TOLERANCE = {"params_total": 0.01, "params_active": 0.10, "model_flops_per_token": 0.05}
+"""Relative tolerance of a field counted right; every other field must match exactly."""
+
+
+def own_truth(run: Path) -> dict | None:
+    """benchmarks/hf_train.py's ``truth:`` line (its own count of the model it built)."""
+    log = run / "console.log"
+    found = re.search(r"^truth: (\{.*\})$", log.read_text(), re.M) if log.exists() else None
+    if not found:
+        return None
+    t = json.loads(found.group(1))
+    t.pop("tokens_per_s", None)  # the script's timer: compared below, over the job's steps
+    t["tokens_per_step"] = t["micro_batch"] * t["seq"]
+    return t
+
+
+def right(name: str, got, true) -> bool:
+    tol = TOLERANCE.get(name)
+    if tol is not None and isinstance(got, (int, float)) and isinstance(true, (int, float)) and true:
+        return abs(got / true - 1) <= tol
+    return got == true
+
+
 def runs() -> list[tuple[str, dict]]:
     out = []
     for p in sorted(TRACES.iterdir()):
@@ -118,6 +146,10 @@ def runs() -> list[tuple[str, dict]]:
         t = corpus_truth(p.name)
         if t is not None:
             out.append((f"corpus/{p.name}", t))
+    for p in sorted(TRACES.iterdir()):
+        t = own_truth(p) if p.name.startswith(("moe_", "dense_")) else None
+        if t is not None:
+            out.append((p.name, t))
     for p in sorted(DATA.glob("llama_*")):
         t = llama_truth(p)
         if t is not None:
@@ -159,7 +191,7 @@ def measure(name: str, truth: dict) -> dict:
     for k, v in truth.items():
         if k == "kind":
             continue
-        rows.append({"field": k, "inferred": got.get(k), "true": v, "ok": got.get(k) == v})
+        rows.append({"field": k, "inferred": got.get(k), "true": v, "ok": right(k, got.get(k), v)})
     eff = doc["efficiency"] or {}
     theirs, how = own_mfu(name, doc)
     # tokens/s from the inferred model against the script's own count (steps CSV, record_metrics)
@@ -174,14 +206,15 @@ def measure(name: str, truth: dict) -> dict:
         from statistics import mean
 
         e = corpus.BY_NAME.get(name.split("/", 1)[-1])
-        if "llama_" in name:  # tests/scripts/llama_trainer.py: "step N: …, time X ms" over the job's steps
+        if "llama_" in name or own_truth(TRACES / name):  # "step N: …, time X ms" over the job's steps
             (job,) = doc["summary"]["job"] or [None]
             own = {int(k): float(t) for k, t in re.findall(r"^step (\d+): .*? time ([\d.]+) ms", (TRACES / name / "console.log").read_text(), re.M)}
             from workbench.analysis.throughput import steady_steps
 
             steady = set(int(x) for x in steady_steps(a.context.steps[0], a.context.steps_warmup)["step"])
             steps = [t for k, t in own.items() if k in steady]
-            recorded = truth["global_tokens_per_step"] / (mean(steps) / 1e3) if steps else None
+            tokens = truth.get("global_tokens_per_step") or truth["tokens_per_step"]
+            recorded = tokens / (mean(steps) / 1e3) if steps else None
         elif e and e.timer:
             own = corpus.own_times(e, (TRACES / name / "console.log").read_text())
             (job,) = doc["summary"]["job"] or [None]
@@ -189,7 +222,9 @@ def measure(name: str, truth: dict) -> dict:
             ms = mean(steps) if steps else own.get("mean_ms")
             recorded = truth["tokens_per_step"] / (ms / 1e3) if ms else None
     inferred = model_tokens_per_s(model, doc["metrics"].get("steady_step_ms") or doc["metrics"].get("step_ms"))
+    fpt = got.get("model_flops_per_token")
     return {"run": name, "fields": rows, "matched": sum(r["ok"] for r in rows), "total": len(rows),
+            "flops_per_token": fpt, "flops_per_token_true": truth.get("model_flops_per_token"),
             "tokens_per_s_model": inferred, "tokens_per_s_recorded": recorded,
             "mfu_bf16_pct": eff.get("mfu_bf16_pct"), "hfu_bf16_pct": eff.get("hfu_bf16_pct"), "own_mfu_pct": theirs,
             "own_mfu_from": how, "mfu_source": eff.get("mfu_source")}

@@ -248,7 +248,7 @@ def test_efficiency_page_on_a_bf16_gpt_shows_its_mfu(monkeypatch):
     # MFU (the model's FLOPs, the convention named) beside HFU (what the trace executed)
     m = {x.label: x.value for x in at.metric}
     assert eff["mfu_source"] == "model" and m["HFU"] == f"{eff['hfu_pct']:,.1f}%" and m["HFU"] != m["MFU"]
-    assert any("6*N_non_embedding + 12*L*h*s" in c.value for c in at.caption)
+    assert any("torchtitan: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq" in c.value for c in at.caption)
     model = next(f.value for f in at.dataframe if "confidence" in f.value.columns)
     fields = dict(zip(model["field"], model["value"]))
     assert fields["layers"] == "8" and fields["recompute"] == "none" and "model_flops_per_token" in fields

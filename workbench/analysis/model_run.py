@@ -109,6 +109,9 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
             if k in TRANSFORMER_FIELDS:
                 f.pop(k)
     out["fields"] = {k: f[k] for k in FIELDS if k in f}
+    load = next((m["evidence"]["expert_load"] for m in ranks.values() if m["evidence"].get("expert_load")), None)
+    if load and "experts" in out["fields"]:
+        out["expert_load"] = load
     causal = [m["evidence"].get("causal_attention_pct") for m in ranks.values() if m["evidence"].get("causal_attention_pct") is not None]
     if causal:
         out["causal_attention_pct"] = float(np.mean(causal))
