@@ -57,7 +57,7 @@ def engine_truth(manifest: dict) -> dict:
         "kv_heads": m["n_head"], "head_dim": m["d_model"] // m["n_head"], "ffn": 4 * m["d_model"], "gated": False,
         "vocab": m["vocab"], "seq": m["seq_len"], "micro_batch": d["batch_size"] // (mb if mode == "pp" else 1),
         "micro_batches": mb, "global_tokens_per_step": d["batch_size"] * m["seq_len"] * dp * (1 if mode == "pp" else mb),
-        "recompute": "full" if t["activation_checkpointing"] else "none", "optimizer": t["optimizer"],
+        "recompute": "full" if t["activation_checkpointing"] else (t.get("recompute") or "none"), "optimizer": t["optimizer"],
         "layout": {"world_size": world, "dp": dp, "tp": tp, "pp": pp, "fsdp": mode in ("zero2", "zero3"),
                    "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0), "ep": 1},
         "dtype": dtype,
@@ -253,7 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    results = [measure(name, truth) for name, truth in runs()]
+    from workbench.format.errors import WorkbenchError
+
+    results = []
+    for name, truth in runs():
+        try:
+            results.append(measure(name, truth))
+        except WorkbenchError as e:  # a run that wrote no trace (it ran out of memory at its first step)
+            print(f"{name}: skipped: {str(e).split(': ', 1)[-1]}", file=sys.stderr)
     print(table(results))
     if a.json:
         a.json.write_text(json.dumps(results, indent=1, default=str) + "\n")

@@ -123,3 +123,11 @@ def test_routing_and_dispatch_shares_and_what_the_trace_cannot_say(run):
         assert "per-expert loop" in load
     else:
         assert "not in the trace" in load
+
+
+def test_a_gemm_of_another_width_before_the_first_attention_is_no_latent_attention():
+    """case_cpu_0_baseline's data loader runs its per-sample transform (128-wide matmuls) on the
+    main thread before the first attention: not a compressed KV, since no down-projection from
+    hidden feeds it."""
+    m = doc("case_cpu_0_baseline")["model"]
+    assert value(m, "attention") == "MHA" and "kv_lora_rank" not in m["fields"]

@@ -124,14 +124,19 @@ def _latent(ctx: Context, heads: int, head_dim: int, v_head_dim: int | None) -> 
     if p is None or not p.pre_attention:
         return {}, None
     hidden = p.hidden
-    q_rank = kv_rank = None
+    # a rank is latent attention's only when a down-projection from hidden feeds it: the query's
+    # hidden → r_q, the KV's hidden → r_kv + the shared rope dims (< head_dim); a GEMM of another
+    # width before the first attention (a data transform on the main thread) is not one
+    downs = {o for i, o in p.pre_attention if i == hidden}
+    q_rank = kv_rank = kv_out = None
     for i, o in p.pre_attention:
         if i == hidden:
             continue
-        if o == heads * head_dim and q_rank is None:
+        if o == heads * head_dim and q_rank is None and i in downs:
             q_rank = i
-        elif o % heads == 0 and o // heads > (v_head_dim or 0) and kv_rank is None and i != q_rank:
-            kv_rank = i
+        elif (o % heads == 0 and o // heads > (v_head_dim or 0) and kv_rank is None and i != q_rank
+              and any(i <= d < i + head_dim for d in downs)):
+            kv_rank, kv_out = i, o
     if kv_rank is None and not (v_head_dim and v_head_dim != head_dim):
         return {}, None
     out: Candidates = {}
@@ -139,7 +144,8 @@ def _latent(ctx: Context, heads: int, head_dim: int, v_head_dim: int | None) -> 
     if v_head_dim and v_head_dim != head_dim:
         why.append(f"value head dim {v_head_dim} ≠ query/key head dim {head_dim}")
     if kv_rank:
-        out["kv_lora_rank"] = field(int(kv_rank), f"the KV up-projection {kv_rank}→{heads}×heads before the attention kernel")
+        out["kv_lora_rank"] = field(int(kv_rank), f"the KV up-projection {kv_rank}→{kv_out} ({heads} heads × {kv_out // heads}) "
+                                                  "before the attention kernel, fed by a down-projection from hidden")
         why.append(f"a compressed KV of width {kv_rank}")
     if q_rank:
         out["q_lora_rank"] = field(int(q_rank), f"the query up-projection {q_rank}→{heads * head_dim} (heads × head_dim)")
