@@ -179,10 +179,10 @@ def moe_time(trace: Trace, windows: pd.DataFrame, model: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MOE_COLUMNS)
 
 
-def moe_shares(per_rank: dict[int, pd.DataFrame], scale: dict[int, float] | None = None) -> dict | None:
-    """The run's ``efficiency.moe``: each role's share of the step (mean over ranks and steps),
-    its ms per step, and where the times come from; None when no rank has experts. ``scale``:
-    recorded / job step per rank (the shares hold the role's recorded time against the recorded step)."""
+def moe_shares(per_rank: dict[int, pd.DataFrame]) -> dict | None:
+    """The run's ``efficiency.moe``: each role's share of the recorded step (mean over ranks and
+    steps: the role's recorded time against the recorded step), its ms per step, and where the
+    times come from; None when no rank has experts."""
     frames = [f.assign(rank=r) for r, f in per_rank.items() if f is not None and not f.empty]
     if not frames:
         return None

@@ -40,8 +40,9 @@ class Segment:
     moe: bool = False
     dense_ffn: list[int] = dc_field(default_factory=list)
     """Input widths of the dense down projections that saw every token (the MLP, or a shared expert)."""
-    ups: list[tuple[int, int]] = dc_field(default_factory=list)
-    """``(in, out)`` of the GEMMs from hidden that saw every token, after the output projection."""
+    ups: list[tuple] = dc_field(default_factory=list)
+    """``(in, out)`` of the GEMMs from hidden that saw every token, after the output projection
+    (``(in, out, rows)`` while the segment is read)."""
     expert_downs: list[int] = dc_field(default_factory=list)
     """Input widths of down projections that saw fewer tokens (per-expert GEMMs)."""
     expert_weights: list[tuple[int, int]] = dc_field(default_factory=list)
@@ -130,7 +131,6 @@ def _segments(ctx: Context, rows, hidden: int, head_w) -> list[Segment]:
     segs = [Segment() for _ in range(len(att) + 1)]
     for t in routers:
         segs[seg_of(t)].moe = True
-    seen_out: dict[int, bool] = {}
     for t, name, ((i, o), m) in rows:
         k = seg_of(t)
         s = segs[k]
@@ -140,9 +140,8 @@ def _segments(ctx: Context, rows, hidden: int, head_w) -> list[Segment]:
             continue
         if k == 0 or (head_w and (i, o) == head_w):
             continue
-        if not seen_out.get(k):
-            if o == hidden:  # the attention's output projection: every token
-                seen_out[k] = True
+        if s.tokens is None:
+            if o == hidden:  # the attention's output projection: its rows are every token
                 s.tokens = m
             continue
         if i == hidden and o != hidden:
