@@ -12,6 +12,8 @@ Families (``--family``), each a small config of a public model family:
 - ``deepseek_v3``: latent attention (MLA, q and kv LoRA ranks, v_head_dim ≠ qk head dim), one
   shared expert, a dense first layer (``first_k_dense_replace``), group-limited routing
 - ``olmoe``: top-2 of 8, no shared experts, full-width q/k norms
+- ``gpt_oss``: top-2 of 8 experts with biases, eager matmul attention with sinks (transformers has
+  no SDPA path for it), sliding-window layers alternating with full ones
 - ``qwen3``: dense, heads × head_dim ≠ hidden, tied embeddings, SwiGLU width 3.8 × hidden (as
   Qwen3-4B's 9728 / 2560)
 
@@ -72,6 +74,9 @@ def _config(family: str):
                                     v_head_dim=24, n_group=2, topk_group=1, **{**BASE, "num_key_value_heads": 8})
     if family == "olmoe":
         return AutoConfig.for_model("olmoe", intermediate_size=160, num_experts=8, num_experts_per_tok=2, **BASE)
+    if family == "gpt_oss":
+        return AutoConfig.for_model("gpt_oss", intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
+                                    head_dim=64, sliding_window=64, **BASE)
     if family == "qwen3":
         return AutoConfig.for_model("qwen3", intermediate_size=1216, head_dim=64,
                                     **{**BASE, "hidden_size": 320, "tie_word_embeddings": True})
@@ -151,7 +156,8 @@ def main() -> None:
     torch.manual_seed(0)
     cfg = config(args.family, args.width, args.layers, args.vocab, args.seq)
     kw = {"experts_implementation": args.experts_impl} if args.experts_impl else {}
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", **kw).to(args.device)
+    attn = "eager" if args.family == "gpt_oss" else "sdpa"  # gpt-oss's sinks: transformers' eager attention only
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, **kw).to(args.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.device != "cpu")
     t = truth(model, cfg, args.seq, args.batch)

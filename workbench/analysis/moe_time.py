@@ -69,10 +69,13 @@ def _name_roles(name: str) -> tuple[str | None, str | None, bool]:
     return None, None, name.startswith(kineto.BACKWARD_NODE) or bool(_NODE.match(name))
 
 
-def role_ops(trace: Trace, windows: pd.DataFrame, expert_rows: int | None = None) -> pd.DataFrame:
+def role_ops(trace: Trace, windows: pd.DataFrame, expert_rows: int | None = None,
+             attention_ops: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per outermost op of a role: ts_us, dur_us, tid, name, role, step.
     ``expert_rows``: the rows a block's dense GEMMs see (tokens of a micro-batch), below which a
-    GEMM in a block with experts is an expert's. An op nested in another op (not an autograd node
+    GEMM in a block with experts is an expert's; ``attention_ops``: op names that start an
+    attention beside the aten attention kernels (``aten::bmm`` where the model's attention is two
+    matmuls). An op nested in another op (not an autograd node
     without a role) is that op's work: a sort inside an embedding's backward is not routing."""
     ev = trace.events
     empty = pd.DataFrame(columns=["ts_us", "dur_us", "tid", "name", "role", "step"])
@@ -90,7 +93,7 @@ def role_ops(trace: Trace, windows: pd.DataFrame, expert_rows: int | None = None
     names = cat.astype(str).to_numpy()
     ts, dur = cpu["ts_us"].to_numpy(float), cpu["dur_us"].to_numpy(float)
     tid = np.asarray(cpu["tid"].astype(str).to_numpy(), dtype=object)
-    in_block = _in_blocks(names, ts)
+    in_block = _in_blocks(names, ts, attention_ops)
     role = np.where(in_block, inside, anywhere)
     # a per-expert loop's GEMMs: dense GEMMs in a block with experts that saw fewer rows
     if expert_rows and "op_args" in cpu:
@@ -120,10 +123,10 @@ def _rows(name: str, args) -> int | None:
         return None
 
 
-def _in_blocks(names: np.ndarray, ts: np.ndarray) -> np.ndarray:
+def _in_blocks(names: np.ndarray, ts: np.ndarray, attention_ops: tuple[str, ...] = ()) -> np.ndarray:
     """Ops inside a forward block with experts: from the GEMM before a router op (its scores) to
     the next attention forward or backward node, whichever comes first."""
-    att = np.sort(ts[np.isin(names, [n for n in ATTENTION if "backward" not in n])])
+    att = np.sort(ts[np.isin(names, [n for n in ATTENTION if "backward" not in n] + list(attention_ops))])
     bwd = np.sort(ts[np.char.startswith(names.astype(str), kineto.BACKWARD_NODE)])
     router = np.sort(ts[np.isin(names, ["aten::topk", "aten::histc", "aten::_grouped_mm"])])
     out = np.zeros(len(ts), dtype=bool)
@@ -160,7 +163,8 @@ def moe_time(trace: Trace, windows: pd.DataFrame, model: dict) -> pd.DataFrame:
     if "experts" not in fields or windows is None or windows.empty:
         return pd.DataFrame(columns=MOE_COLUMNS)
     mb, seq = (fields.get(k, {}).get("value") for k in ("micro_batch", "seq"))
-    roles = role_ops(trace, windows, mb * seq if mb and seq else None)
+    matmul_attention = "matmul" in str(((model or {}).get("evidence") or {}).get("attention_op", ""))
+    roles = role_ops(trace, windows, mb * seq if mb and seq else None, ("aten::bmm",) if matmul_attention else ())
     gpu = trace.has_gpu
     if gpu and not roles.empty:
         k = gpu_launches(trace, roles.reset_index(drop=True))

@@ -38,7 +38,7 @@ def attention_kernels(ctx: Context, f: Candidates) -> Candidates:
         att_out = fa[~fa["in_bwd"]].assign(dims=[x.dims for x in fa[~fa["in_bwd"]]["args"]])
         attention = {n: (0, 1, -1, "bshd") for n in FLASH_ATTN}
     if att_out.empty:
-        return out
+        return _matmul_attention(ctx, f)
     evid["attention_op"] = str(att_out["name"].iloc[0])
     first = att_out[(att_out["step"] == ctx.first) & (att_out["ts_us"] < ctx.b0)]
     ctx.attention_ts = np.sort(first["ts_us"].to_numpy(dtype=float))
@@ -78,6 +78,48 @@ def attention_kernels(ctx: Context, f: Candidates) -> Candidates:
                               "high" if float(layers).is_integer() else "medium")
     if "seq" in f and "micro_batch" not in f and "seq" not in out and "flat_tokens" in evid:
         out["micro_batch"] = field(evid["flat_tokens"] // f["seq"]["value"], "flattened embedding input / seq", "medium")
+    return out
+
+
+def _matmul_attention(ctx: Context, f: Candidates) -> Candidates:
+    """Attention written as two matmuls (eager attention: gpt-oss's sinks, models without an SDPA
+    path): ``aten::bmm`` ``[B·H, s, d] × [B·H, d, s']`` (the scores) followed on its thread by
+    ``[B·H, s, s'] × [B·H, s', d_v]`` (the weighted values). H = B·H / the micro-batch; the key
+    may have been repeated to every head first, so KV heads come from the projections."""
+    mb = f.get("micro_batch", {}).get("value")
+    ops = ctx.ops
+    b = ops[(ops["name"] == "aten::bmm") & ~ops["in_bwd"] & ops["dims"].notna()].sort_values("ts_us", kind="stable")
+    if not mb or len(b) < 2:
+        return {}
+    pairs = []
+    for tid, g in b.groupby("tid", sort=False):
+        rows = list(zip(g["ts_us"], g["step"], g["dims"]))
+        i = 0
+        while i + 1 < len(rows):  # pairs do not overlap: a weighted-values bmm is no next scores'
+            (t, st, d), (_, _, e) = rows[i], rows[i + 1]
+            i += 1
+            if len(d) < 2 or len(e) < 2 or any(len(x) != 3 for x in (d[0], d[1], e[0], e[1])):
+                continue
+            (n, sq, hd), (n2, hd2, sk) = d[0], d[1]
+            if n == n2 and hd == hd2 and list(e[0]) == [n, sq, sk] and e[1][0] == n and e[1][1] == sk and n % mb == 0:
+                pairs.append((t, st, n // mb, sq, hd, e[1][2]))
+                i += 1
+    if not pairs:
+        return {}
+    t, _, h, sq, hd, dv = pairs[0]
+    src = f"matmul attention: aten::bmm [{h * mb}, {sq}, {hd}] × [{h * mb}, {hd}, {sq}] then × [{h * mb}, {sq}, {dv}] " \
+          f"(B·heads with micro-batch {mb})"
+    out: Candidates = {"heads": field(int(h), src), "head_dim": field(int(hd), src)}
+    if dv != hd:
+        out["v_head_dim"] = field(int(dv), src)
+    ctx.evidence["attention_op"] = "aten::bmm (matmul attention)"
+    first = [p[0] for p in pairs if p[1] == ctx.first and p[0] < ctx.b0]
+    ctx.attention_ts = np.sort(np.asarray(first, dtype=float))
+    calls = median([sum(1 for p in pairs if p[1] == s) for s in ctx.steps])
+    if calls and ctx.n_mb:
+        layers = calls / ctx.n_mb
+        out["layers"] = field(int(round(layers)), f"{int(calls)} matmul attentions per step / {ctx.n_mb} forward passes",
+                              "high" if float(layers).is_integer() else "medium")
     return out
 
 
