@@ -249,6 +249,26 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def counts_table(results: list[dict]) -> str:
+    """The runs whose truth counts active parameters (benchmarks/hf_train.py): parameters total and
+    active, FLOPs per token (the headline's convention) and tokens/s, inferred against true."""
+    lines = ["| run | params_total: inferred · true | params_active | FLOPs per token | tokens/s: model · the script's |",
+             "|---|---|---|---|---|"]
+    for r in results:
+        f = {x["field"]: x for x in r["fields"]}
+        if "params_active" not in f:
+            continue
+
+        def pair(name):
+            x = f[name]
+            d = f" ({100 * (x['inferred'] / x['true'] - 1):+.1f} %)" if x["inferred"] and x["true"] else ""
+            return f"{x['inferred']:,} · {x['true']:,}{d}" if x["inferred"] is not None else f"– · {x['true']:,}"
+        tm, tr = r["tokens_per_s_model"], r["tokens_per_s_recorded"]
+        tok = (f"{tm:,.0f}" if tm else "–") + " · " + (f"{tr:,.0f}" if tr else "–")
+        lines.append(f"| {r['run']} | {pair('params_total')} | {pair('params_active')} | {pair('model_flops_per_token')} | {tok} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path)
@@ -262,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         except WorkbenchError as e:  # a run that wrote no trace (it ran out of memory at its first step)
             print(f"{name}: skipped: {str(e).split(': ', 1)[-1]}", file=sys.stderr)
     print(table(results))
+    print()
+    print(counts_table(results))
     if a.json:
         a.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
     return 0

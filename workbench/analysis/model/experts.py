@@ -25,7 +25,7 @@ from collections import Counter
 import numpy as np
 
 from workbench.analysis.model.context import Candidates, Context, field, median
-from workbench.analysis.model.projections import ROUTER_OPS
+from workbench.analysis.model.projections import routers
 
 
 def _int(text: str) -> int | None:
@@ -43,7 +43,7 @@ def experts(ctx: Context, f: Candidates) -> Candidates:
     p = ctx.proj
     segs = p.segments if p else []
     moe = [s for s in segs if s.moe]
-    topk = ctx.first_pass_args(ROUTER_OPS)
+    topk = routers(ctx, p.head_w if p else None)
     histc = ctx.first_pass_args(("aten::histc",))
     if not moe and topk.empty:
         return out

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field as dc_field
 
 import numpy as np
+import pandas as pd
 
 from workbench.analysis.model.context import GROUPED_MM, Candidates, Context, field
 from workbench.format import kineto
@@ -124,12 +125,22 @@ def projections(ctx: Context, f: Candidates) -> Candidates:
     return out
 
 
+def routers(ctx: Context, head_w) -> pd.DataFrame:
+    """The first passes' router calls: ``aten::topk`` but over the logits (``[tokens, vocab]``: an
+    accuracy metric or a sampler, not a router)."""
+    t = ctx.first_pass_args(ROUTER_OPS)
+    vocab = {head_w[1]} if head_w else set()
+    vocab |= {int(r) for r, _ in ctx.tables}
+    keep = [not (a.dims and a.dims[0] and a.dims[0][-1] in vocab) for a in t["args"]]
+    return t[np.array(keep, dtype=bool)]
+
+
 def _segments(ctx: Context, rows, hidden: int, head_w) -> list[Segment]:
     att = ctx.attention_ts
-    routers = ctx.first_pass_args(ROUTER_OPS)["ts_us"].to_numpy(dtype=float)
+    routers_ts = routers(ctx, head_w)["ts_us"].to_numpy(dtype=float)
     seg_of = lambda ts: int(np.searchsorted(att, ts, side="right"))  # noqa: E731
     segs = [Segment() for _ in range(len(att) + 1)]
-    for t in routers:
+    for t in routers_ts:
         segs[seg_of(t)].moe = True
     for t, name, ((i, o), m) in rows:
         k = seg_of(t)
