@@ -150,6 +150,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights and AdamW states)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="print MFU per step against this peak")
+    ap.add_argument("--top5", action="store_true", help="also print each step's top-5 next-token accuracy (a topk "
+                                                        "over the logits before backward, as training loops do)")
     args = ap.parse_args()
     from transformers import AutoModelForCausalLM
 
@@ -167,7 +169,12 @@ def main() -> None:
         t0 = time.perf_counter()
         x = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=args.device)
         with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16):
-            loss = model(input_ids=x, labels=x).loss
+            out = model(input_ids=x, labels=x)
+        loss = out.loss
+        top5 = ""
+        if args.top5:
+            hit = (out.logits[:, :-1].topk(5, dim=-1).indices == x[:, 1:, None]).any(-1).float().mean()
+            top5 = f", top-5 {hit.item():.3f}"
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -176,7 +183,7 @@ def main() -> None:
         times.append(ms)
         tps = args.batch * args.seq / (ms / 1e3)
         mfu = f", mfu {100 * t['model_flops_per_token'] * tps / (args.peak_tflops * 1e12):.2f}%" if args.peak_tflops else ""
-        print(f"step {step}: loss {loss.item():.4f}, time {ms:.1f} ms, tokens/s {tps:,.0f}{mfu}", flush=True)
+        print(f"step {step}: loss {loss.item():.4f}{top5}, time {ms:.1f} ms, tokens/s {tps:,.0f}{mfu}", flush=True)
     steady = statistics.median(times[2:]) if len(times) > 2 else statistics.median(times)
     t["tokens_per_s"] = round(args.batch * args.seq / (steady / 1e3), 1)
     print("truth: " + json.dumps(t, sort_keys=True), flush=True)

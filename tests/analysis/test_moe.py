@@ -146,3 +146,16 @@ def test_a_gemm_of_another_width_before_the_first_attention_is_no_latent_attenti
     hidden feeds it."""
     m = doc("case_cpu_0_baseline")["model"]
     assert value(m, "attention") == "MHA" and "kv_lora_rank" not in m["fields"]
+
+
+def test_a_topk_over_the_logits_is_no_router():
+    """tests/analysis/data/dense_qwen3_top5_cpu: the dense Qwen3-shaped model, its loop taking a
+    top-5 accuracy (``aten::topk`` over [2, 127, 2048] logits) between forward and backward."""
+    from tests.conftest import DATA
+
+    run = DATA / "dense_qwen3_top5_cpu"
+    m = analyze_run(run).model_json()
+    assert "experts" not in m["fields"] and "top_k" not in m["fields"] and value(m, "ffn") == 1216
+    assert value(m, "params_active") == value(m, "params_total") == json.loads(
+        re.search(r"^truth: (\{.*\})$", (run / "console.log").read_text(), re.M).group(1))["params_total"]
+    assert analyze_run(run).efficiency_json()["moe"] is None
