@@ -159,3 +159,13 @@ def test_a_topk_over_the_logits_is_no_router():
     assert value(m, "params_active") == value(m, "params_total") == json.loads(
         re.search(r"^truth: (\{.*\})$", (run / "console.log").read_text(), re.M).group(1))["params_total"]
     assert analyze_run(run).efficiency_json()["moe"] is None
+
+
+def test_expert_parallelism_holds_a_share_of_the_experts_on_each_rank():
+    """traces/moe_ep_cpu (tests/scripts/moe_ep.py, 2 gloo ranks): 4 routed experts, 2 on each rank
+    (grouped GEMM weights [2, …]), tokens sent to their experts' rank by all-to-all. Each rank's
+    gradients hold its own experts only: the model's parameters add the other rank's."""
+    t, m = truth("moe_ep_cpu"), doc("moe_ep_cpu")["model"]
+    assert value(m, "layout")["ep"] == t["ep"] == 2 and value(m, "experts") == 4 and value(m, "top_k") == 2
+    assert value(m, "params_total") == t["params_total"] and value(m, "params_active") == t["params_active"]
+    assert value(m, "moe_ffn") == t["moe_ffn"]

@@ -88,6 +88,13 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
             v = next(iter(pv.values()))
             f[name] = field(int(v["value"] * tp * pp), f"this rank's × tp {tp} × pp {pp} (not every rank traced)", "low")
     routed_run = f.pop("routed", {}).get("value")
+    ep = lay.get("ep", 1) if layout else 1
+    if routed_run and ep > 1 and "params_total" in f:
+        # expert parallelism: each rank of a replica holds 1/ep of the routed experts
+        t = f["params_total"]
+        f["params_total"] = field(t["value"] + routed_run * (ep - 1), t["source"] + f"; + the routed experts on the other "
+                                  f"{ep - 1} expert-parallel rank(s) ({routed_run:,} each)", t["confidence"])
+        routed_run *= ep
     act = active(f.get("params_total"), routed_run, f)
     if act:
         f["params_active"] = act

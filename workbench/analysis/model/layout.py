@@ -142,7 +142,8 @@ def run_layout(ranks: dict[int, dict], world: int | None) -> dict[str, Any] | No
     # expert parallelism: DeviceMesh's ep group (torchtitan), else the all-to-all that dispatches
     # tokens to the experts on other ranks (its group size), else each rank's share of the experts
     ep = mesh.get("ep")
-    if ep is None:
+    moe = any("experts" in m["fields"] for m in ranks.values())  # (Ulysses' all-to-all is no expert's)
+    if ep is None and moe:
         a2a = [l.get("all_to_all_group_size") for l in lays if l.get("all_to_all_calls")]
         share = [(m["fields"].get("experts", {}).get("value"), m["evidence"].get("experts_per_rank")) for m in ranks.values()]
         share = [e // r for e, r in share if e and r and e % r == 0]
