@@ -1,42 +1,37 @@
 #!/usr/bin/env bash
-# On a machine of N GPUs (NCCL), from the source tree: the engine's mixture-of-experts block with
-# expert parallelism over NCCL all-to-all (not yet run: only gloo has been available).
-#   bash benchmarks/gpu_moe.sh OUTDIR [N]
-# 1. losses: one GPU (ep 1, batch N x 4) against N GPUs (ddp, ep = N, batch 4 each), fp32 so that
-#    they must agree (the engine prints each step's loss and grad norm); the same with the skewed router
-# 2. which expert path ran: torch._grouped_mm in bf16 on the GPU (the engine falls back to a loop
-#    where it does not run), seen as aten::_grouped_mm in the trace
-# 3. two profiled runs, balanced (model.moe_balance_coeff) and skewed (faults.skewed_routing=1.0),
-#    tarred into OUTDIR: `workbench analyze` them here (expert_imbalance fires on the second only;
-#    NCCL's all_to_allv is a record_param_comms event)
+# Mixtures of experts and today's dense shapes on one GPU: benchmarks/hf_train.py (Hugging Face
+# transformers models built from configs, no download) under `workbench profile`, each run printing
+# its own truth (parameters total/active, FLOPs per token by torchtitan's convention) and its own MFU
+# per step against the H100/H200 bf16 peak (989 TFLOP/s); every run directory with the script's log as
+# console.log, packed into OUT/<name>.tar.gz. Needs transformers >= 5 on the device machine (carry a
+# wheel under .whl/ if it lacks one). Not run yet: no GPU was lent when this was written.
+#
+#   bash benchmarks/gpu_moe.sh OUT
+#
+# Then, here: unpack into traces/, `python -m benchmarks.model_inference` (the truth is in each
+# console.log) and hold MFU to the script's own print (within 5 %), as tests/analysis/test_llama_gpu.py
+# does for the dense runs. What the GPU adds over the CPU runs: grouped GEMM kernels launched by
+# aten::_grouped_mm (efficiency.moe from kernels), bf16 autocast, the job's step on the GPU's clock.
 set -uo pipefail
-OUT=${1:?OUTDIR}
-N=${2:-$(nvidia-smi -L | wc -l)}
-export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-CFG=case_studies/engine/moe_tiny.toml
-MODEL=(--set model.preset=small --set model.moe_experts=$((2 * N)) --set model.moe_top_k=2 --set train.steps=20)
-losses() {  # name, extra args: the step lines only
-  echo "=== $1"; shift
-  timeout 200 python3 -m workbench train --config "$CFG" "${MODEL[@]}" "$@" 2>&1 | grep -E "^(step|model|throughput)|rror"
+OUT=${1:?OUT}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+[ -d .whl ] && python -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+mkdir -p "$OUT" /tmp/moe_runs
+nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/gpu.txt"
+python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" >> "$OUT/gpu.txt" 2>&1
+SHAPE="--device cuda --bf16 --width 8 --layers 8 --vocab 32000 --seq 1024 --batch 4 --steps 20 --peak-tflops 989"
+run() {  # name, hf_train args...
+  local name=$1; shift
+  local dir=/tmp/moe_runs/$name
+  echo "=== $name $(date +%T)"
+  timeout 150 python -m workbench profile --no-analyze --schedule 8,2,2 --out "$dir" benchmarks/hf_train.py $SHAPE "$@" \
+      > /tmp/moe_runs/$name.log 2>&1
+  echo "exit $?"; tail -2 /tmp/moe_runs/$name.log
+  grep -E "^(step|truth)" /tmp/moe_runs/$name.log > "$dir/console.log"
+  tar czf "$OUT/$name.tar.gz" -C /tmp/moe_runs "$name"
 }
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  for skew in 0.0 1.0; do
-    losses "single skew=$skew" --set parallel.mode=single --set parallel.ep=1 --set data.batch_size=$((4 * N)) \
-        --set parallel.mixed_precision=fp32 --set faults.skewed_routing=$skew
-    losses "ep=$N skew=$skew" --nproc-per-node "$N" --set parallel.ep="$N" --set data.batch_size=4 \
-        --set parallel.mixed_precision=fp32 --set faults.skewed_routing=$skew
-  done
-  losses "ep=$N bf16 throughput" --nproc-per-node "$N" --set parallel.ep="$N" --set data.batch_size=16
-  losses "ep=$N bf16 loop experts" --nproc-per-node "$N" --set parallel.ep="$N" --set data.batch_size=16 \
-      --set model.moe_grouped_mm=false
-} 2>&1 | tee "$OUT/moe_losses.txt"
-for run in balanced skewed; do
-  extra=(--set model.moe_balance_coeff=0.002)
-  [ "$run" = skewed ] && extra+=(--set faults.skewed_routing=1.0)
-  timeout 300 python3 -m workbench train --config "$CFG" "${MODEL[@]}" --nproc-per-node "$N" --set parallel.ep="$N" \
-      --set data.batch_size=16 "${extra[@]}" --profile --no-analyze --schedule 14,1,3 --out "runs/moe_$run" \
-      2>&1 | grep -v USDT | tail -3
-  tar -czf "$OUT/engine_moe_${run}_gpu.tgz" -C runs "moe_$run"
-done
-ls -la "$OUT"
+run moe_qwen3_gpu --family qwen3_moe
+run moe_mixtral_gpu --family mixtral
+run moe_deepseek_v3_gpu --family deepseek_v3
+run moe_qwen3_eager_gpu --family qwen3_moe --experts-impl eager
+run dense_qwen3_gpu --family qwen3

@@ -6,7 +6,12 @@ FSDP2, recomputation none / selective / full); the engine's runs carry their con
 ``case_*``, ``fault_*``, ``plan_gpu_*``, ``gpu_fsdp2_370m``); nanoGPT's runs are GPT-2 124M with
 the arguments traces/README.md lists (``--batch_size=12 --gradient_accumulation_steps=4``;
 ``bench.py``: batch 12, one micro-batch); ImageNet and timm runs are torchvision's/timm's
-ResNet-50 (25,557,032 parameters) at the batch their command gives. Beside the fields, each run's
+ResNet-50 (25,557,032 parameters) at the batch their command gives; the Hugging Face model runs
+(``traces/moe_*``, ``traces/dense_*``: mixtures of experts, latent attention, a Qwen3-shaped dense
+model) print their own truth (benchmarks/hf_train.py's ``truth:`` line in ``console.log``:
+parameters total and active by torchtitan's rule, FLOPs per token by the convention, the shape).
+``params_total`` counts as right within 1 %, ``params_active`` within 10 %, ``model_flops_per_token``
+within 5 % (the acceptance's tolerances); every other field exactly. Beside the fields, each run's
 MFU: the workbench's (model FLOPs, the job's step) against what the trainer prints — nanoGPT's
 ``mfu`` (against an A100's 312 TFLOP/s, rescaled to the H200's 989), the engine's ``throughput:``
 line (PaLM FLOPs per token from its manifest × tokens per step / (step × the device's peak), the
@@ -52,9 +57,9 @@ def engine_truth(manifest: dict) -> dict:
         "kv_heads": m["n_head"], "head_dim": m["d_model"] // m["n_head"], "ffn": 4 * m["d_model"], "gated": False,
         "vocab": m["vocab"], "seq": m["seq_len"], "micro_batch": d["batch_size"] // (mb if mode == "pp" else 1),
         "micro_batches": mb, "global_tokens_per_step": d["batch_size"] * m["seq_len"] * dp * (1 if mode == "pp" else mb),
-        "recompute": "full" if t["activation_checkpointing"] else "none", "optimizer": t["optimizer"],
+        "recompute": "full" if t["activation_checkpointing"] else (t.get("recompute") or "none"), "optimizer": t["optimizer"],
         "layout": {"world_size": world, "dp": dp, "tp": tp, "pp": pp, "fsdp": mode in ("zero2", "zero3"),
-                   "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0)},
+                   "zero": {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode, 0), "ep": 1},
         "dtype": dtype,
     }
     if mode != "pp":
@@ -105,7 +110,32 @@ def llama_truth(run: Path) -> dict | None:
             "kv_heads": arg["kv-heads"], "head_dim": arg["dim"] // arg["heads"], "ffn": arg["ffn"], "gated": True,
             "vocab": arg["vocab"], "tied": False, "seq": arg["seq"], "micro_batch": arg["batch"],
             "micro_batches": arg.get("accum", 1), "recompute": ac, "optimizer": "adamw",
-            "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0}}
+            "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0, "ep": 1}}
+
+
+TOLERANCE = {"params_total": 0.01, "params_active": 0.10, "model_flops_per_token": 0.05}
+"""Relative tolerance of a field counted right; every other field must match exactly."""
+
+
+def own_truth(run: Path) -> dict | None:
+    """benchmarks/hf_train.py's ``truth:`` line (its own count of the model it built)."""
+    log = run / "console.log"
+    found = re.search(r"^truth: (\{.*\})$", log.read_text(), re.M) if log.exists() else None
+    if not found:
+        return None
+    t = json.loads(found.group(1))
+    t.pop("tokens_per_s", None)  # the script's timer: compared below, over the job's steps
+    t.pop("ep", None)  # layout.ep: tests/analysis/test_moe.py holds it
+    if "micro_batch" in t and "seq" in t:
+        t["tokens_per_step"] = t["micro_batch"] * t["seq"]
+    return t
+
+
+def right(name: str, got, true) -> bool:
+    tol = TOLERANCE.get(name)
+    if tol is not None and isinstance(got, (int, float)) and isinstance(true, (int, float)) and true:
+        return abs(got / true - 1) <= tol
+    return got == true
 
 
 def runs() -> list[tuple[str, dict]]:
@@ -118,6 +148,10 @@ def runs() -> list[tuple[str, dict]]:
         t = corpus_truth(p.name)
         if t is not None:
             out.append((f"corpus/{p.name}", t))
+    for p in sorted(TRACES.iterdir()):
+        t = own_truth(p) if p.name.startswith(("moe_", "dense_")) else None
+        if t is not None:
+            out.append((p.name, t))
     for p in sorted(DATA.glob("llama_*")):
         t = llama_truth(p)
         if t is not None:
@@ -159,7 +193,7 @@ def measure(name: str, truth: dict) -> dict:
     for k, v in truth.items():
         if k == "kind":
             continue
-        rows.append({"field": k, "inferred": got.get(k), "true": v, "ok": got.get(k) == v})
+        rows.append({"field": k, "inferred": got.get(k), "true": v, "ok": right(k, got.get(k), v)})
     eff = doc["efficiency"] or {}
     theirs, how = own_mfu(name, doc)
     # tokens/s from the inferred model against the script's own count (steps CSV, record_metrics)
@@ -174,14 +208,15 @@ def measure(name: str, truth: dict) -> dict:
         from statistics import mean
 
         e = corpus.BY_NAME.get(name.split("/", 1)[-1])
-        if "llama_" in name:  # tests/scripts/llama_trainer.py: "step N: …, time X ms" over the job's steps
+        if "llama_" in name or own_truth(TRACES / name):  # "step N: …, time X ms" over the job's steps
             (job,) = doc["summary"]["job"] or [None]
             own = {int(k): float(t) for k, t in re.findall(r"^step (\d+): .*? time ([\d.]+) ms", (TRACES / name / "console.log").read_text(), re.M)}
             from workbench.analysis.throughput import steady_steps
 
             steady = set(int(x) for x in steady_steps(a.context.steps[0], a.context.steps_warmup)["step"])
             steps = [t for k, t in own.items() if k in steady]
-            recorded = truth["global_tokens_per_step"] / (mean(steps) / 1e3) if steps else None
+            tokens = truth.get("global_tokens_per_step") or truth.get("tokens_per_step")
+            recorded = tokens / (mean(steps) / 1e3) if steps and tokens else None
         elif e and e.timer:
             own = corpus.own_times(e, (TRACES / name / "console.log").read_text())
             (job,) = doc["summary"]["job"] or [None]
@@ -189,7 +224,9 @@ def measure(name: str, truth: dict) -> dict:
             ms = mean(steps) if steps else own.get("mean_ms")
             recorded = truth["tokens_per_step"] / (ms / 1e3) if ms else None
     inferred = model_tokens_per_s(model, doc["metrics"].get("steady_step_ms") or doc["metrics"].get("step_ms"))
+    fpt = got.get("model_flops_per_token")
     return {"run": name, "fields": rows, "matched": sum(r["ok"] for r in rows), "total": len(rows),
+            "flops_per_token": fpt, "flops_per_token_true": truth.get("model_flops_per_token"),
             "tokens_per_s_model": inferred, "tokens_per_s_recorded": recorded,
             "mfu_bf16_pct": eff.get("mfu_bf16_pct"), "hfu_bf16_pct": eff.get("hfu_bf16_pct"), "own_mfu_pct": theirs,
             "own_mfu_from": how, "mfu_source": eff.get("mfu_source")}
@@ -214,12 +251,43 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def counts_table(results: list[dict]) -> str:
+    """The runs whose truth counts active parameters (benchmarks/hf_train.py): parameters total and
+    active, FLOPs per token (the headline's convention) and tokens/s, inferred against true."""
+    lines = ["| run | params_total: inferred · true | params_active | FLOPs per token | tokens/s: model · the script's |",
+             "|---|---|---|---|---|"]
+    for r in results:
+        f = {x["field"]: x for x in r["fields"]}
+        if "params_active" not in f:
+            continue
+
+        def pair(name):
+            if name not in f:
+                return "–"
+            x = f[name]
+            d = f" ({100 * (x['inferred'] / x['true'] - 1):+.1f} %)" if x["inferred"] and x["true"] else ""
+            return f"{x['inferred']:,} · {x['true']:,}{d}" if x["inferred"] is not None else f"– · {x['true']:,}"
+        tm, tr = r["tokens_per_s_model"], r["tokens_per_s_recorded"]
+        tok = (f"{tm:,.0f}" if tm else "–") + " · " + (f"{tr:,.0f}" if tr else "–")
+        lines.append(f"| {r['run']} | {pair('params_total')} | {pair('params_active')} | {pair('model_flops_per_token')} | {tok} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    results = [measure(name, truth) for name, truth in runs()]
+    from workbench.format.errors import WorkbenchError
+
+    results = []
+    for name, truth in runs():
+        try:
+            results.append(measure(name, truth))
+        except WorkbenchError as e:  # a run that wrote no trace (it ran out of memory at its first step)
+            print(f"{name}: skipped: {str(e).split(': ', 1)[-1]}", file=sys.stderr)
     print(table(results))
+    print()
+    print(counts_table(results))
     if a.json:
         a.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
     return 0

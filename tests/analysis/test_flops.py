@@ -22,6 +22,20 @@ PALM_TOLERANCE = 0.10  # within ±10 % of 6N + 12·L·H·Q·T per token
 
 
 @pytest.mark.unit
+def test_grouped_gemm_and_latent_attention_shapes_by_hand():
+    # forward [M, K] x [E, K, N]: every routed row once, whatever the offsets
+    assert gemm_flops("aten::_grouped_mm", [[512, 256], [8, 256, 128], [8], [], []]) == 2 * 512 * 256 * 128
+    # backward's weight gradient [K, M] x [M, N] (offsets split M) and the batched form
+    assert gemm_flops("aten::_grouped_mm", [[256, 512], [512, 128], [8], [], []]) == 2 * 256 * 512 * 128
+    assert gemm_flops("aten::_grouped_mm", [[8, 64, 256], [8, 256, 128]]) == 2 * 8 * 64 * 256 * 128
+    assert gemm_flops("aten::_grouped_mm", [[512], [8, 256, 128]]) is None
+    # latent attention: scores over the q/k head dim 48, the weighted sum over the value's 24
+    dims = [[2, 8, 128, 48], [2, 8, 128, 48], [2, 8, 128, 24], [], [], [], [], []]
+    assert attention_flops("aten::scaled_dot_product_attention", dims, ["", "", "", "", "", "False"])[0] == \
+        2 * 2 * 8 * 128 * 128 * (48 + 24)
+
+
+@pytest.mark.unit
 def test_gemm_shapes_by_hand():
     assert gemm_flops("aten::mm", [[16, 32], [32, 8]]) == 2 * 16 * 32 * 8
     assert gemm_flops("aten::addmm", [[8], [16, 32], [32, 8]]) == 2 * 16 * 32 * 8 + 16 * 8  # + bias adds

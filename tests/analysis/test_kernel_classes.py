@@ -48,6 +48,10 @@ NAMES = [
     ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct)", "normalization", "norm"),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, LogSoftMaxForwardEpilogue>", "normalization", "softmax"),
     ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long)", "indexing", "indexing"),
+    # a router's tokens per expert (aten::histc); its role (routing) comes from the op: analysis.moe_time
+    ("void at::native::kernelHistogram1D<float, float, long, 1, 2, -1, (at::native::CUDAHistogramMemoryType)1>(at::cuda::detail::"
+     "TensorInfo<float, long>, at::cuda::detail::TensorInfo<float, long>, at::cuda::detail::TensorInfo<float, long>, int, float, "
+     "float, long)", "indexing", "indexing"),
     ("Memcpy HtoD (Pageable -> Device)", "copy", "memcpy_htod"),
     ("Memset (Device)", "copy", "memset"),
     ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*)", "other", None),  # attention only through its op

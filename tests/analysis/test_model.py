@@ -56,7 +56,7 @@ def test_the_engine_gpu_runs_are_their_config(run):
     assert v(m, "recompute") == ("full" if cfg["train"]["activation_checkpointing"] else "none")
     assert v(m, "optimizer") == "adamw" and "fused" in m["fields"]["optimizer"]["source"]
     fsdp = cfg["parallel"]["mode"] == "zero3"
-    assert v(m, "layout") == {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0}
+    assert v(m, "layout") == {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": fsdp, "zero": 3 if fsdp else 0, "ep": 1}
     assert all(f["confidence"] == "high" for f in m["fields"].values())
 
 
@@ -100,13 +100,13 @@ TINY = dict(d=64, L=2, V=256, S=64)
 
 @pytest.mark.committed
 @pytest.mark.parametrize("run, layout, tied", [
-    ("engine_ddp", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": False, "zero": 0}, True),
-    ("engine_zero1", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": False, "zero": 1}, True),
-    ("engine_zero2", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": True, "zero": 2}, True),
-    ("engine_zero3", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": True, "zero": 3}, True),
-    ("engine_tp", {"world_size": 2, "dp": 1, "tp": 2, "pp": 1, "fsdp": False, "zero": 0}, True),
-    ("engine_pp_gpipe_m2", {"world_size": 2, "dp": 1, "tp": 1, "pp": 2, "fsdp": False, "zero": 0}, False),
-    ("engine_pp_1f1b_m8", {"world_size": 2, "dp": 1, "tp": 1, "pp": 2, "fsdp": False, "zero": 0}, False),
+    ("engine_ddp", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": False, "zero": 0, "ep": 1}, True),
+    ("engine_zero1", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": False, "zero": 1, "ep": 1}, True),
+    ("engine_zero2", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": True, "zero": 2, "ep": 1}, True),
+    ("engine_zero3", {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "fsdp": True, "zero": 3, "ep": 1}, True),
+    ("engine_tp", {"world_size": 2, "dp": 1, "tp": 2, "pp": 1, "fsdp": False, "zero": 0, "ep": 1}, True),
+    ("engine_pp_gpipe_m2", {"world_size": 2, "dp": 1, "tp": 1, "pp": 2, "fsdp": False, "zero": 0, "ep": 1}, False),
+    ("engine_pp_1f1b_m8", {"world_size": 2, "dp": 1, "tp": 1, "pp": 2, "fsdp": False, "zero": 0, "ep": 1}, False),
 ])
 def test_the_engine_cpu_layouts(run, layout, tied):
     cfg = json.loads((TRACES / run / "manifest.json").read_text())["config"]
@@ -259,7 +259,7 @@ def test_flash_attn_package_and_megatron_groups_with_context_parallel(tmp_path):
     m = run_model({0: RankFrames.of_trace(_megatron_cp_trace(tmp_path, 0), 0)[MODEL]})
     f = {k: x["value"] for k, x in m["fields"].items()}
     assert m["kind"] == "transformer"
-    assert f["layout"] == {"world_size": 8, "dp": 2, "tp": 2, "pp": 1, "fsdp": False, "zero": None, "cp": 2}
+    assert f["layout"] == {"world_size": 8, "dp": 2, "tp": 2, "pp": 1, "fsdp": False, "zero": None, "ep": 1, "cp": 2}
     # heads are the rank's 8 of 16 (TP 2); KV heads 2 of 4 (GQA); head dim 64
     assert (f["heads"], f["kv_heads"], f["head_dim"]) == (16, 4, 64)
     # the sequence is each CP rank's half: 512 × 2; tokens: 4 × 512 here, × dp 2 × cp 2 for the job

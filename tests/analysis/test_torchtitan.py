@@ -52,7 +52,7 @@ def test_the_model_is_the_one_torchtitan_built(run):
     assert (f["vocab"], f["seq"], f["tied"], f["gated"]) == (128256, 8192, False, True)
     assert (f["micro_batch"], f["tokens_per_step"], f["dtype"], f["optimizer"]) == (1, 8192, "bf16", "adamw")
     assert f["recompute"] == name.split("_")[1]
-    assert f["layout"] == {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": False, "zero": 0}
+    assert f["layout"] == {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "fsdp": False, "zero": 0, "ep": 1}
     # torchtitan's FLOPs per token: 6 (params - nn.Embedding) + 12 L h s, its non-embedding count
     # being the total less the input table
     non_emb = params - 128256 * f["hidden"]

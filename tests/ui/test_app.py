@@ -261,7 +261,7 @@ def test_efficiency_page_on_a_bf16_gpt_shows_its_mfu(monkeypatch):
     # MFU (the model's FLOPs, the convention named) beside HFU (what the trace executed)
     m = {x.label: x.value for x in at.metric}
     assert eff["mfu_source"] == "model" and m["HFU"] == f"{eff['hfu_pct']:,.1f}%" and m["HFU"] != m["MFU"]
-    assert any("6*N_non_embedding + 12*L*h*s" in c.value for c in at.caption)
+    assert any("torchtitan: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq" in c.value for c in at.caption)
     model = next(f.value for f in at.dataframe if "confidence" in f.value.columns)
     fields = dict(zip(model["field"], model["value"]))
     assert fields["layers"] == "8" and fields["recompute"] == "none" and "model_flops_per_token" in fields
@@ -273,6 +273,19 @@ def test_efficiency_page_on_a_cpu_run_says_it_needs_a_gpu(monkeypatch):
     assert not at.get("plotly_chart") and not at.metric
     flops = analyze_run(TRACES / "ddp_slow_data").efficiency_json()["flops_per_step"]
     assert f"{flops / 1e9:,.2f} GFLOP per step" in texts(at)
+
+
+def test_efficiency_page_on_a_cpu_moe_run_names_its_convention_and_the_experts_share(monkeypatch):
+    at = open_page(monkeypatch, "efficiency_page", "moe_deepseek_v3_cpu")
+    eff = analyze_run(TRACES / "moe_deepseek_v3_cpu").efficiency_json()
+    conv = next(f.value for f in at.dataframe if "convention" in f.value.columns)
+    assert list(conv["convention"]) == ["torchtitan", "megatron", "palm"]
+    assert conv["model FLOPs per token"][0] == f"{eff['mfu_by_convention']['torchtitan']['model_flops_per_token']:,}"
+    m = {x.label: x.value for x in at.metric}
+    assert m["Routing"] == f"{eff['moe']['routing_pct']:,.1f}%" and m["Dispatch / combine"] == f"{eff['moe']['dispatch_pct']:,.1f}%"
+    model = next(f.value for f in at.dataframe if "confidence" in f.value.columns)
+    fields = dict(zip(model["field"], model["value"]))
+    assert fields["experts"] == "8" and fields["attention"] == "MLA" and fields["shared_experts"] == "1"
 
 
 def test_root_forwards_to_overview_with_the_run(app):

@@ -7,11 +7,19 @@ multiply-add = 2 FLOPs as in MFU (PaLM appendix B):
 
 - GEMM ``mm``/``_scaled_mm`` 2·M·N·K; ``addmm`` adds M·N for the bias; ``bmm`` 2·B·M·N·K,
   ``baddbmm`` + B·M·N; ``addbmm`` 2·B·M·N·K + M·N.
+- grouped GEMM (``_grouped_mm``, ``_scaled_grouped_mm``: a mixture of experts' expert GEMMs, the
+  rows of every expert in one call): 2·M·K·N summed over the groups whatever the split — forward
+  ``[M, K] × [E, K, N]`` (M routed rows = tokens × top_k), backward's weight gradient
+  ``[K, M] × [M, N]`` (offsets split M) 2·K·M·N, ``[E, M, K] × [K, N]`` 2·M·K·N, and batched
+  ``[E, M, K] × [E, K, N]`` 2·E·M·K·N. ``FlopCounterMode`` counts 0 for them; the per-expert
+  ``aten::mm`` a CPU backend runs inside are nested, so not counted again.
 - convolution: 2 · N · C_out · prod(out spatial) · C_in/groups · prod(kernel) (+ the bias), the
   output size computed from stride, padding, dilation (transposed: output padding too);
   ``convolution_backward`` costs one forward per gradient its ``output_mask`` asks for (input,
   weight).
-- attention (SDPA, flash, memory-efficient, cuDNN): 4·B·H·S_q·S_k·D forward (the two matmuls),
+- attention (SDPA, flash, memory-efficient, cuDNN): 2·B·H·S_q·S_k·(D_qk + D_v) forward (the two
+  matmuls: scores over the query/key head dim, the weighted sum over the value's; 4·B·H·S_q·S_k·D
+  when they are equal, as everywhere but latent attention),
   2.5× that backward (5 matmuls, recomputing the scores: FlashAttention-2, Dao 2023, §4), halved
   when the op says ``is_causal`` (the masked half is skipped by flash kernels; a math-path SDPA
   computes it anyway, which this count does not credit).
@@ -106,6 +114,22 @@ def gemm_flops(name: str, dims: list) -> float | None:
         (bs, m, k), n = a, b[2]
         extra = {"bmm": 0, "baddbmm": bs * m * n, "addbmm": m * n}[op]
         return 2.0 * bs * m * n * k + extra
+    if op in ("_grouped_mm", "_scaled_grouped_mm"):
+        return grouped_mm_flops(dims[0], dims[1])
+    return None
+
+
+def grouped_mm_flops(a: list, b: list) -> float | None:
+    """FLOPs of a grouped GEMM of ``a`` by ``b`` (2-D or 3-D each, torch's ``_grouped_mm``): every
+    group's rows are multiplied once, so the total is one GEMM's whatever the offsets say."""
+    if len(a) == 2 and len(b) == 3:  # [M, K] x [E, K, N]: M rows split among E experts
+        return 2.0 * a[0] * a[1] * b[2]
+    if len(a) == 2 and len(b) == 2:  # [K, M] x [M, N] -> [E, K, N]: the shared dim M split
+        return 2.0 * a[0] * a[1] * b[1]
+    if len(a) == 3 and len(b) == 2:  # [E, M, K] x [K, N] -> [M, N]: N split among the groups
+        return 2.0 * a[1] * a[2] * b[1]
+    if len(a) == 3 and len(b) == 3:  # batched
+        return 2.0 * a[0] * a[1] * a[2] * b[2]
     return None
 
 
@@ -152,15 +176,18 @@ def attention_flops(name: str, dims: list, concrete: list) -> tuple[float, bool]
     q, k = dims[qi], dims[ki]
     if len(q) != len(k) or len(q) not in (3, 4):
         return None
+    v = dims[ki + 1] if len(dims) > ki + 1 else []
+    dv = v[-1] if v and len(v) == len(q) else None  # latent attention: the value's head dim differs
     if len(q) == 3:  # varlen (packed sequences): one batch of all tokens, an upper bound
         q, k = [1, *q], [1, *k]
     if layout == "bshd":
         (b, sq, h, d), sk = q, k[1]
     else:
         (b, h, sq, d), sk = q, k[2]
+    dv = dv or d
     flag = concrete[ci] if ci < len(concrete) else ""
     causal = flag == "True" or (name.startswith("aten::_efficient_attention") and flag not in ("", "0"))
-    flops = 4.0 * b * h * sq * sk * d
+    flops = 2.0 * b * h * sq * sk * (d + dv)
     if "backward" in name:
         flops *= ATTENTION_BACKWARD_FACTOR
     return (flops / 2 if causal else flops), causal

@@ -29,6 +29,7 @@ Frame name → function → columns (see each function's docstring):
 ``efficiency``      analysis.kernel_classes.efficiency         Efficiency (compacted)
 ``gemm_calls``      frames._gemm_calls                         GEMM_CALL_COLUMNS
 ``model``           analysis.model.rank_model                  dict (kind, fields, evidence)
+``moe_time``        analysis.moe_time.moe_time                 MOE_COLUMNS
 ``step_transient``  analysis.memory.step_transient             STEP_TRANSIENT_COLUMNS
 ==================  =========================================  ==============================
 """
@@ -47,6 +48,7 @@ from workbench.analysis.kernel_classes import Efficiency, compact, efficiency
 from workbench.analysis.kernels import device_busy
 from workbench.analysis.memory import memory_summary, step_transient
 from workbench.analysis.model import rank_model
+from workbench.analysis.moe_time import moe_time
 from workbench.analysis.steps import step_breakdown, step_windows
 from workbench.load.trace import Trace, read_trace
 
@@ -274,6 +276,11 @@ def _model(rf: RankFrames) -> dict:
     return rank_model(rf.trace, rf[WINDOWS], rf[EFFICIENCY].ops)
 
 
+def _moe_time(rf: RankFrames) -> pd.DataFrame:
+    # a mixture of experts' expert GEMMs, routing and dispatch per step (empty for a dense model)
+    return moe_time(rf.trace, rf[WINDOWS], rf[MODEL])
+
+
 WINDOWS = Frame("windows", _windows)
 BREAKDOWN = Frame("breakdown", _breakdown)
 DEVICE_BUSY = Frame("device_busy", _device_busy)
@@ -283,6 +290,7 @@ INVENTORY = Frame("inventory", _inventory)
 MEMORY_SUMMARY = Frame("memory_summary", _memory_summary, returns=dict)
 EFFICIENCY = Frame("efficiency", _efficiency, returns=Efficiency, compact=compact)
 MODEL = Frame("model", _model, returns=dict)
+MOE_TIME = Frame("moe_time", _moe_time)
 GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
 STEP_TRANSIENT = Frame("step_transient", _step_transient)
 

@@ -27,6 +27,13 @@ Classes (``CLASSES``), with the subclass that ``class_breakdown`` splits them by
 
 ROCm's libraries (Tensile/hipBLASLt ``Cijk_*``, MIOpen, CK/aotriton attention, rocPRIM, the HIP
 runtime's copy kernels) are named in :mod:`workbench.analysis.rocm_kernels`, asked first.
+
+A mixture of experts' work is a role, not a class: a grouped GEMM's kernels are GEMMs (held to
+the GEMM roofline like any other), a router's top-k and histogram kernels are indexing — and the
+same kernels serve an accuracy metric's top-k or an embedding backward's sort in a dense model,
+so a name cannot say "routing". Expert GEMMs, routing and token dispatch/combine are told apart by
+the ops that launched the kernels, in the blocks with experts: :mod:`workbench.analysis.moe_time`
+(``efficiency.moe``: each role's share of the step).
 """
 
 from __future__ import annotations
@@ -79,7 +86,8 @@ OPTIMIZER = re.compile(r"multi_tensor_apply|fused_?adam|FusedSgd|adam_|lamb_", _
 REDUCTION = re.compile(r"reduce|nll_loss|ClassNLLCriterion|cross_entropy|lpnorm|norm_kernel|argmax|argmin|triton_red|triton_per", _I)
 INDEXING = re.compile(r"gather|scatter|(?<!with_)index|embedding|radix_?sort|DeviceScan|DeviceSelect|unique|segment"
                       r"|compute_grad_weight|nonzero|topk|masked_|DeviceCompact|bounds_check|searchsorted"
-                      r"|to_dense_representation|compute_cuda_kernel|repeat_interleave|moe\W.*routing|routingIndices", _I)
+                      r"|to_dense_representation|compute_cuda_kernel|repeat_interleave|moe\W.*routing|routingIndices"
+                      r"|kernelHistogram", _I)
 CAST = re.compile(r"bfloat16_copy_kernel|float8_copy|_to_copy|fp8_quant|quant_kernel", _I)
 COPY = re.compile(r"copy|CatArray|chunk_cat|cat_|split_with_sizes|stack|kv_?cache", _I)
 ELEMENTWISE = re.compile(r"elementwise|Functor|triton_poi|gelu|silu|relu|threshold|fill|dropout|clamp|pow_|sqrt"

@@ -71,7 +71,7 @@ def _print(cmp: Comparison) -> None:
         caveat = " — not a fix's speed-up: the runs differ in more than a change to the job (above)" if cmp.mismatches else ""
         con.print(line("[bold]measured speed-up[/] (A step / B step, profiled steps): {}×{}", f"{cmp.speedup_measured:.2f}", caveat))
     con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
-              "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (6·N + 12·L·h·s per token), "
+              "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (torchtitan's convention per token: analyze's model.convention), "
               "hfu_pct the FLOPs the trace executed, both of the job's step")
     for i in cmp.resolved:
         est = cmp.estimates.get(i)

@@ -170,9 +170,18 @@ def _print_model(model, metrics, con) -> None:
     parts = [model.kind]
     if f.get("params_total"):
         parts.append(f"{f['params_total'] / 1e6:,.1f}M parameters")
-    shape = [f"{k} {f[k]}" for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq") if k in f]
+    if f.get("params_active") and f.get("params_active") != f.get("params_total"):
+        parts.append(f"{f['params_active'] / 1e6:,.1f}M active per token")
+    shape = [f"{k} {f[k]}" for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "ffn", "vocab", "seq")
+             if k in f and not (k == "head_dim" and f.get("heads", 0) * f[k] == f.get("hidden"))]
     if shape:
-        parts.append(" ".join(shape))
+        parts.append(" ".join(shape) + (f" ({f['attention']})" if f.get("attention") else "")
+                     + (" tied" if f.get("tied") else ""))
+    if f.get("experts"):
+        parts.append(f"{f['experts']} experts top-{f.get('top_k', '?')}"
+                     + (f" + {f['shared_experts']} shared" if f.get("shared_experts") else "")
+                     + (f", expert ffn {f['moe_ffn']}" if f.get("moe_ffn") else "")
+                     + (f", {f['moe_layers']} MoE + {f.get('dense_layers', 0)} dense layers" if f.get("moe_layers") else ""))
     if "global_tokens_per_step" in f:
         parts.append(f"{f['global_tokens_per_step']:,} tokens/step ({f.get('micro_batches', 1)} micro-batches of "
                      f"{f.get('micro_batch', '?')})")
@@ -183,7 +192,8 @@ def _print_model(model, metrics, con) -> None:
         parts.append(f"recompute {f['recompute']}")
     lay = f.get("layout")
     if lay:
-        parts.append(f"dp {lay['dp']} tp {lay['tp']} pp {lay['pp']}" + (f" ZeRO-{lay['zero']}" if lay.get("zero") else "")
+        parts.append(f"dp {lay['dp']} tp {lay['tp']} pp {lay['pp']}" + (f" ep {lay['ep']}" if lay.get("ep", 1) > 1 else "")
+                     + (f" ZeRO-{lay['zero']}" if lay.get("zero") else "")
                      + (" FSDP" if lay.get("fsdp") else ""))
     con.print(line("[bold]model:[/] {}", ", ".join(map(str, parts))))
     if metrics.tokens_per_s:
@@ -247,6 +257,14 @@ def _print_efficiency(eff, con, top: int = 6, withheld: set[str] = frozenset()) 
     con.print(line("[bold]efficiency:[/] {}; FLOPs by dtype: {}", f"{rated}, {mfu}", mix))
     if eff.mfu_source == "model":
         con.print(line("  MFU counts {}; HFU the FLOPs the trace executed", eff.mfu_convention))
+    if eff.mfu_by_convention:
+        con.print(line("  by convention: {}", ", ".join(
+            f"{name} {c['model_flops_per_token'] / 1e6:,.1f}M FLOPs/token" + (f" MFU {c['mfu_pct']:.1f}%" if c.get("mfu_pct") is not None else "")
+            for name, c in eff.mfu_by_convention.items())))
+    if eff.moe:
+        m = eff.moe
+        con.print(f"  mixture of experts ({m['source']}): expert GEMMs {m['expert_gemm_pct']:.1f}% of the step, routing "
+                  f"{m['routing_pct']:.1f}%, token dispatch/combine {m['dispatch_pct']:.1f}%")
     if eff.mfu_note:
         con.print(line("[cyan]note:[/] {}", eff.mfu_note))
     if eff.classes:

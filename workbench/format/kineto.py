@@ -135,15 +135,18 @@ schedules, ``PP:…`` actions of the multi-stage runtime."""
 PP_FORWARD = re.compile(r"^Forward (\d+)$")
 
 # ---- names: the ops whose shapes the loader keeps -----------------------------------------------
-SHAPE_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_scaled_mm|convolution|convolution_backward"
+SHAPE_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_scaled_mm|_grouped_mm|_scaled_grouped_mm|convolution|convolution_backward"
                       r"|scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+"
                       r"|_efficient_attention_\w+|_cudnn_attention_\w+)$")
 """Operators whose FLOPs workbench.analysis.flops counts from their shapes. Only these cpu_ops get
 their args decoded (into the events' ``op_args`` column): decoding every op's args is what makes a
 500k-event trace slow. Container ops (aten::linear, aten::matmul, aten::conv2d) are left out on
 purpose: their children carry the FLOPs with the dtype that really ran (under autocast
-aten::linear sees fp32 weights, its aten::addmm bf16 ones)."""
-MODEL_OP = re.compile(r"^(?:aten::embedding|torch::autograd::AccumulateGrad|flash_attn::_flash_attn_(?:varlen_)?forward)$")
+aten::linear sees fp32 weights, its aten::addmm bf16 ones). ``aten::_grouped_mm`` (a mixture of
+experts' expert GEMMs, ``[[M, D], [E, D, H], [E]]``) counts once: a CPU backend's per-expert
+``aten::mm`` children are nested in it."""
+MODEL_OP = re.compile(r"^(?:aten::embedding|torch::autograd::AccumulateGrad|flash_attn::_flash_attn_(?:varlen_)?forward"
+                      r"|aten::topk|aten::histc)$")
 """Operators whose shapes describe the model rather than count FLOPs (analysis.model): an
 embedding's ``Input Dims`` are ``[[vocab, hidden], [batch, seq], …]`` (the tokens of a forward
 pass), the autograd engine's ``AccumulateGrad`` runs once per trainable parameter and backward

@@ -49,12 +49,16 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
       "efficiency": {                   # null when no op's FLOPs could be counted
         "flops_per_step": float,        # FLOPs the trace executed per step and device (analysis.flops)
         "achieved_tflops": float,       # those FLOPs / step time (the GPU's clock), per device
-        "mfu_pct": float|null,          # the model's FLOPs (6·N + 12·L·h·s per token) / (job step ×
+        "mfu_pct": float|null,          # the model's FLOPs (model.convention per token) / (job step ×
                                         # the dense peak of the GEMMs' dtype); HFU where no model
         "mfu_bf16_pct": float|null,     # the same against the bf16 peak
         "hfu_pct", "hfu_bf16_pct",      # the trace's executed FLOPs (recomputation included)
         "mfu_source": "model"|"trace", "mfu_convention": str, "mfu_note": str|null,
         "model_flops_per_step": float|null,
+        "mfu_by_convention": {NAME: {"formula", "model_flops_per_token", "mfu_pct"}},  # torchtitan (the
+                                        # headline's), megatron, palm (analysis.model.conventions)
+        "moe": {"expert_gemm_pct", "routing_pct", "dispatch_pct", "source", …} | null,  # a mixture of
+                                        # experts' shares of the step (analysis.moe_time)
         "dtype_flops_pct": {dtype: float},  # share of the FLOPs per dtype that ran
         "peak": {"tflops": {dtype: float}, "hbm_tb_s", "source"} | null,   # workbench.hardware.peaks
         "per_step": [{"rank", "step", "step_ms", "flops", "tflops_per_s", "mfu_pct", "mfu_bf16_pct",
@@ -113,6 +117,10 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ run.partial, run.devices (a partial run, ranks on different GPU models), where so"),
     ("workbench.analyze/1", "+ implausible (figures withheld past their physical bounds), where there are any; "
                             "no NaN or Infinity (a non-finite figure is null)"),
+    ("workbench.analyze/1", "+ efficiency.mfu_by_convention (torchtitan, megatron, palm), efficiency.moe (routing and "
+                            "dispatch shares of the step); model.expert_load; model fields of mixtures of experts and "
+                            "latent attention (experts, top_k, shared_experts, moe_ffn, moe_layers, dense_layers, "
+                            "params_active, v_head_dim, attention, q_lora_rank, kv_lora_rank), layout.ep"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -257,6 +265,11 @@ class Efficiency:
     mfu_convention: str | None = None
     model_flops_per_step: float | None = None
     mfu_note: str | None = None
+    mfu_by_convention: dict[str, dict] = field(default_factory=dict)
+    """Each convention's model FLOPs per token and MFU (analysis.model.conventions): torchtitan's
+    is the headline ``mfu_pct``; megatron's halves causal attention; palm's."""
+    moe: dict | None = None
+    """A mixture of experts' shares of the step: expert GEMMs, routing, dispatch/combine."""
     dtype_flops_pct: dict[str, float] = field(default_factory=dict)
     peak: dict | None = None
     per_step: tuple[dict, ...] = ()

@@ -26,7 +26,9 @@ from workbench.analysis.failure import run_failure
 from workbench.analysis.experts import ROUTED_EXPERTS, expert_load_json, not_recorded_note
 from workbench.analysis.memory import GIB
 from workbench.analysis.memory_categories import rank_categories, run_categories
-from workbench.analysis.model import CONVENTION, value
+from workbench.analysis.model import CONVENTION, CONVENTIONS, flops_per_token, value
+from workbench.analysis.frames import MOE_TIME
+from workbench.analysis.moe_time import moe_shares
 from workbench.analysis.model_run import run_model
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
@@ -47,7 +49,7 @@ FAILURE_IDS = ("out_of_memory", "job_failed")
 TIME_WINDOWS_VERDICT = "[steps are time windows, not iterations] "
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
                   frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS, frames.STEP_TRANSIENT,
-                  ROUTED_EXPERTS)
+                  ROUTED_EXPERTS, frames.MOE_TIME)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
 and the report's pages read the same; the planner's calibration reads ``gemm_calls`` and
 ``step_transient``; ``routed_experts`` says an MoE run lacks its expert load)."""
@@ -200,6 +202,8 @@ class Analysis:
             "mfu_source": "model" if mfu else "trace",
             "mfu_convention": CONVENTION if mfu else "the trace's executed FLOPs (HFU): " + _no_model(self.model_json()),
             "model_flops_per_step": mfu["model_flops_per_step"] if mfu else None,
+            "mfu_by_convention": mfu_by_convention(self.model_json(), steps, peak, self.run.world_size),
+            "moe": moe_shares(self.per_rank_frames(MOE_TIME)),
             "mfu_note": mfu_note(self.model_json(), mfu["mfu_pct"] if mfu else None, hfu,
                                  mfu["mfu_bf16_pct"] if mfu else None, hfu_bf16,
                                  {str(d): 100.0 * f / by_dtype.sum() for d, f in by_dtype.items()}),
@@ -477,6 +481,20 @@ def model_mfu(model: dict, steps: pd.DataFrame, peak, world_size: int | None) ->
             "peak": p, "peak_bf16": p16}
 
 
+def mfu_by_convention(model: dict, steps: pd.DataFrame, peak, world_size: int | None) -> dict[str, dict]:
+    """Each convention's model FLOPs per token (analysis.model.conventions) and the MFU they give
+    on the job's step (None without a peak: a CPU trace); ``torchtitan`` is the headline's."""
+    out = {}
+    fields = (model or {}).get("fields") or {}
+    for name, formula in CONVENTIONS.items():
+        fpt = flops_per_token(fields, name)
+        if fpt is None:
+            continue
+        m = model_mfu({"fields": {**fields, "model_flops_per_token": fpt}}, steps, peak, world_size)
+        out[name] = {"formula": formula, "model_flops_per_token": fpt["value"], "mfu_pct": m["mfu_pct"] if m else None}
+    return out
+
+
 def _per_step_mfu(steps: pd.DataFrame, mfu: dict | None) -> pd.DataFrame:
     out = steps.copy()
     if mfu is None:
@@ -523,7 +541,7 @@ def mfu_note(model: dict, mfu: float | None, hfu: float | None, mfu16: float | N
         why.append(f"the executed count halves causal attention ({model['causal_attention_pct']:.0f}% of the attention FLOPs "
                    "are causal), the convention counts it in full")
     if len(why) == (len(mixed) > 1):
-        why.append("the executed count differs from the convention's 6·N + 12·L·h·s (attention backward at 2.5×, "
+        why.append("the executed count differs from the convention's 6·N + 6·L·h·(q + v)·s (attention backward at 2.5×, "
                    "biases, the head's and embedding's work)")
     return f"HFU {hfu:.1f}% vs MFU {mfu:.1f}%: " + "; ".join(why)
 

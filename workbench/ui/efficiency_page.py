@@ -48,6 +48,34 @@ def model_section(model: ModelInfo, tokens_per_s: float | None) -> None:
     st.dataframe(model_table(model), hide_index=True, width="stretch")
 
 
+def convention_section(eff) -> None:
+    """Model FLOPs per token (and MFU) by each convention; the headline's is named first."""
+    if not eff.mfu_by_convention:
+        return
+    st.markdown("**MFU by convention** — the headline counts torchtitan's (nanoGPT's for a dense model); "
+                "Megatron-LM halves causal attention; PaLM's appendix B counts the query head dim twice.")
+    st.dataframe(pd.DataFrame([{"convention": name, "model FLOPs per token": f"{c['model_flops_per_token']:,}",
+                                "MFU (%)": _num(c.get("mfu_pct"), "", 2), "formula": c["formula"]}
+                               for name, c in eff.mfu_by_convention.items()]), hide_index=True, width="stretch")
+
+
+def moe_section(eff) -> None:
+    """A mixture of experts' expert GEMMs, routing and dispatch as shares of the step."""
+    m = eff.moe
+    if not m:
+        return
+    st.markdown("**Mixture of experts** — where the step goes (" + ("GPU kernels" if m["source"] == "kernels" else
+                                                                   "CPU ops: a CPU trace") + ")")
+    cols = st.columns(3)
+    cols[0].metric("Expert GEMMs", _num(m["expert_gemm_pct"], "%"), help="grouped GEMMs (forward and backward) and a "
+                   "per-expert loop's GEMMs (forward), as a share of the step")
+    cols[1].metric("Routing", _num(m["routing_pct"], "%"), help="the router's scores, top-k, tokens per expert (topk, "
+                   "histc, sort, softmax/sigmoid in an expert block) and their backward")
+    cols[2].metric("Dispatch / combine", _num(m["dispatch_pct"], "%"), help="token rows gathered to their experts and "
+                   "added back (index, index_add_, scatter…) and their backward; expert-parallel all-to-all is "
+                   "communication, in the step breakdown")
+
+
 @page("Efficiency", url_path="efficiency", section="Run", order=60)
 def efficiency_page() -> None:
     path, analysed = state.selected()
@@ -63,6 +91,9 @@ def efficiency_page() -> None:
         if eff is not None:
             st.caption(f"FLOPs counted from the ops' shapes on the CPU: {eff.flops_per_step / 1e9:,.2f} GFLOP per step, "
                        f"{(eff.achieved_tflops or 0) * 1e3:,.2f} GFLOP/s; there is no CPU peak to compare them with.")
+            convention_section(eff)
+            moe_section(eff)
+        model_section(result.model, result.metrics.tokens_per_s)
         return
     peak = eff.peak
     cols = st.columns(5)
@@ -83,6 +114,8 @@ def efficiency_page() -> None:
                else "MFU = HFU here: " + (eff.mfu_convention or "the trace's executed FLOPs") + ".")
     if eff.mfu_note:
         st.info(eff.mfu_note)
+    convention_section(eff)
+    moe_section(eff)
     model_section(result.model, result.metrics.tokens_per_s)
     mix = ", ".join(f"{d} {p:.1f}%" for d, p in sorted(eff.dtype_flops_pct.items(), key=lambda kv: -kv[1]))
     st.markdown(f"**Dtype mix of the FLOPs:** {mix}")

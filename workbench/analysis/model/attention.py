@@ -1,0 +1,194 @@
+"""Attention: heads, head dims, KV heads, the attention's kind, the layers.
+
+The attention kernel's operands (analysis.flops.ATTENTION; the flash-attn package's own ops where
+no aten one runs) give the query's heads and head dim and the sequence; the value's last dim is
+the value head dim (latent attention: ``v_head_dim`` ≠ ``head_dim``); the key's heads, or the K/V
+projections' widths when K/V were repeated before the kernel, the KV heads. The forward calls per
+forward pass are the attention layers. heads × head_dim is *not* the hidden size in several
+current families (Qwen3: 32 × 128 against 2560): the hidden size comes from the embedding table,
+and this product only stands in when no table was seen.
+
+Latent attention (MLA, DeepSeek-V2/V3) shows in the projections: a low-rank query
+(``hidden → q_lora_rank → heads·head_dim``) and a compressed KV (``kv_lora_rank → heads·(qk_nope +
+v_head_dim)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.analysis.flops import ATTENTION
+from workbench.analysis.model.context import FWD_ATTENTION, Candidates, Context, field, median
+
+FLASH_ATTN = ("flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_forward")
+"""The flash-attn package's forward ops: q ``[batch, seq, heads, dim]`` (varlen: ``[tokens, heads, dim]``)."""
+
+
+def attention_kernels(ctx: Context, f: Candidates) -> Candidates:
+    """``heads``, ``head_dim``, ``v_head_dim``, ``layers`` (and ``seq``/``micro_batch``/``hidden``
+    where the embedding did not say); sets ``ctx.attention_ts``."""
+    out: Candidates = {}
+    ops, args, evid = ctx.ops, ctx.args, ctx.evidence
+    is_fwd = ops["name"].isin(FWD_ATTENTION).to_numpy()
+    att = ops[is_fwd & ops["dims"].notna().to_numpy()]
+    att_out = att[~att["in_bwd"]]
+    attention = ATTENTION
+    if att_out.empty:  # the flash-attn package's ops (not counted as FLOPs: analysis.flops knows aten's)
+        fa = args[args["name"].isin(FLASH_ATTN)]
+        att_out = fa[~fa["in_bwd"]].assign(dims=[x.dims for x in fa[~fa["in_bwd"]]["args"]])
+        attention = {n: (0, 1, -1, "bshd") for n in FLASH_ATTN}
+    if att_out.empty:
+        return _matmul_attention(ctx, f)
+    evid["attention_op"] = str(att_out["name"].iloc[0])
+    first = att_out[(att_out["step"] == ctx.first) & (att_out["ts_us"] < ctx.b0)]
+    ctx.attention_ts = np.sort(first["ts_us"].to_numpy(dtype=float))
+    name = att_out["name"].iloc[0]
+    qi, ki, _, layout = attention[name]
+    d = att_out["dims"].iloc[0]
+    q, k = d[qi], d[ki]
+    v = d[ki + 1] if len(d) > ki + 1 else []
+    if len(q) == 3 and len(k) == 3:  # varlen: [tokens, heads, dim], sequences packed
+        q, k, v = [1, *q], [1, *k], ([1, *v] if len(v) == 3 else v)
+        evid["packed_sequences"] = True
+    if len(q) == 4 and len(k) == 4:
+        b, h, s, hd = (q[0], q[2], q[1], q[3]) if layout == "bshd" else tuple(q)
+        kh = k[2] if layout == "bshd" else k[1]
+        src = f"{name} query {list(q)}"
+        out["heads"] = field(int(h), src)
+        out["head_dim"] = field(int(hd), src)
+        if len(v) == 4 and v[-1] != hd:
+            out["v_head_dim"] = field(int(v[-1]), f"{name} value {list(v)} (its head dim differs from the query's)")
+        evid["attention_kv_heads"] = int(kh)
+        if evid.get("packed_sequences"):
+            s = b = None  # one packed batch: its length is no sequence's
+        if "seq" in f and "micro_batch" in f and (f["seq"]["value"], f["micro_batch"]["value"]) == (b, s) and b != s:
+            # the embedding's input was [seq, batch] (sequence-first): the attention says which
+            out["seq"] = field(int(s), f"{src} (the embedding's input is [seq, batch])")
+            out["micro_batch"] = field(int(b), src)
+        if "seq" not in f and s:
+            out["seq"] = field(int(s), src, "medium")
+        if "micro_batch" not in f and b:
+            out["micro_batch"] = field(int(b), src, "medium")
+        if "hidden" not in f:
+            out["hidden"] = field(int(h * hd), "heads × head_dim of the attention's query (no embedding table seen)", "low")
+    calls = median([int((att_out["step"] == s).sum()) for s in ctx.steps])
+    if calls and ctx.n_mb:
+        layers = calls / ctx.n_mb
+        out["layers"] = field(int(round(layers)), f"{int(calls)} attention forwards per step / {ctx.n_mb} forward passes",
+                              "high" if float(layers).is_integer() else "medium")
+    if "seq" in f and "micro_batch" not in f and "seq" not in out and "flat_tokens" in evid:
+        out["micro_batch"] = field(evid["flat_tokens"] // f["seq"]["value"], "flattened embedding input / seq", "medium")
+    return out
+
+
+def _matmul_attention(ctx: Context, f: Candidates) -> Candidates:
+    """Attention written as two matmuls (eager attention: gpt-oss's sinks, models without an SDPA
+    path): ``aten::bmm`` ``[B·H, s, d] × [B·H, d, s']`` (the scores) followed on its thread by
+    ``[B·H, s, s'] × [B·H, s', d_v]`` (the weighted values). H = B·H / the micro-batch; the key
+    may have been repeated to every head first, so KV heads come from the projections."""
+    mb = f.get("micro_batch", {}).get("value")
+    ops = ctx.ops
+    b = ops[(ops["name"] == "aten::bmm") & ~ops["in_bwd"] & ops["dims"].notna()].sort_values("ts_us", kind="stable")
+    if not mb or len(b) < 2:
+        return {}
+    pairs = []
+    for tid, g in b.groupby("tid", sort=False):
+        rows = list(zip(g["ts_us"], g["step"], g["dims"]))
+        i = 0
+        while i + 1 < len(rows):  # pairs do not overlap: a weighted-values bmm is no next scores'
+            (t, st, d), (_, _, e) = rows[i], rows[i + 1]
+            i += 1
+            if len(d) < 2 or len(e) < 2 or any(len(x) != 3 for x in (d[0], d[1], e[0], e[1])):
+                continue
+            (n, sq, hd), (n2, hd2, sk) = d[0], d[1]
+            if n == n2 and hd == hd2 and list(e[0]) == [n, sq, sk] and e[1][0] == n and e[1][1] == sk and n % mb == 0:
+                pairs.append((t, st, n // mb, sq, hd, e[1][2]))
+                i += 1
+    if not pairs:
+        return {}
+    t, _, h, sq, hd, dv = pairs[0]
+    src = f"matmul attention: aten::bmm [{h * mb}, {sq}, {hd}] × [{h * mb}, {hd}, {sq}] then × [{h * mb}, {sq}, {dv}] " \
+          f"(B·heads with micro-batch {mb})"
+    out: Candidates = {"heads": field(int(h), src), "head_dim": field(int(hd), src)}
+    if dv != hd:
+        out["v_head_dim"] = field(int(dv), src)
+    ctx.evidence["attention_op"] = "aten::bmm (matmul attention)"
+    first = [p[0] for p in pairs if p[1] == ctx.first and p[0] < ctx.b0]
+    ctx.attention_ts = np.sort(np.asarray(first, dtype=float))
+    calls = median([sum(1 for p in pairs if p[1] == s) for s in ctx.steps])
+    if calls and ctx.n_mb:
+        layers = calls / ctx.n_mb
+        out["layers"] = field(int(round(layers)), f"{int(calls)} matmul attentions per step / {ctx.n_mb} forward passes",
+                              "high" if float(layers).is_integer() else "medium")
+    return out
+
+
+def attention_heads(ctx: Context, f: Candidates) -> Candidates:
+    """``kv_heads``, ``attention`` (MHA / GQA / MQA / MLA) and the latent ranks, once the
+    projections are known (:mod:`.projections`)."""
+    out: Candidates = {}
+    if "head_dim" not in f or "heads" not in f:
+        return out
+    hd, h = f["head_dim"]["value"], f["heads"]["value"]
+    hidden = f.get("hidden", {}).get("value")
+    n_layers = f.get("layers", {}).get("value")
+    weights = ctx.proj.weights if ctx.proj else {}
+    latent, why = _latent(ctx, h, hd, f.get("v_head_dim", {}).get("value"))
+    kv = ctx.evidence.get("attention_kv_heads")
+    if why:
+        out.update(latent)
+        # the compressed KV is expanded to every head before the kernel: one KV head per query head
+        out["kv_heads"] = field(int(kv or h), "latent attention: K/V expanded from the compressed KV to every head")
+        out["attention"] = field("MLA", why)
+        return out
+    if kv and kv < h:
+        out["kv_heads"] = field(int(kv), "the attention's key heads")
+    else:
+        narrow = sorted({o // hd for (i, o), c in weights.items()
+                         if hidden and i == hidden and o % hd == 0 and 0 < o // hd < h and n_layers and c >= 2 * n_layers})
+        if narrow:
+            out["kv_heads"] = field(int(narrow[0]), f"K/V projections {hidden}→{narrow[0] * hd} (K/V repeated before the kernel)",
+                                    "medium")
+        else:
+            out["kv_heads"] = field(int(h), "the attention's key heads = query heads, no narrower K/V projection",
+                                    "medium" if kv is None else "high")
+    kvh = out["kv_heads"]["value"]
+    kind = "MHA" if kvh == h else "MQA" if kvh == 1 else "GQA"
+    out["attention"] = field(kind, f"{h} query heads, {kvh} KV head{'s' if kvh > 1 else ''}", out["kv_heads"]["confidence"])
+    return out
+
+
+def _latent(ctx: Context, heads: int, head_dim: int, v_head_dim: int | None) -> tuple[Candidates, str | None]:
+    """Latent attention's low-rank projections in the attention part of a layer: the query's
+    ``r_q → heads·head_dim`` (q_lora_rank r_q) and the KV's ``r_kv → heads·(qk_nope + v_head_dim)``
+    (kv_lora_rank r_kv), both from a width that is not the hidden size."""
+    p = ctx.proj
+    if p is None or not p.pre_attention:
+        return {}, None
+    hidden = p.hidden
+    # a rank is latent attention's only when a down-projection from hidden feeds it: the query's
+    # hidden → r_q, the KV's hidden → r_kv + the shared rope dims (< head_dim); a GEMM of another
+    # width before the first attention (a data transform on the main thread) is not one
+    downs = {o for i, o in p.pre_attention if i == hidden}
+    q_rank = kv_rank = kv_out = None
+    for i, o in p.pre_attention:
+        if i == hidden:
+            continue
+        if o == heads * head_dim and q_rank is None and i in downs:
+            q_rank = i
+        elif (o % heads == 0 and o // heads > (v_head_dim or 0) and kv_rank is None and i != q_rank
+              and any(i <= d < i + head_dim for d in downs)):
+            kv_rank, kv_out = i, o
+    if kv_rank is None and not (v_head_dim and v_head_dim != head_dim):
+        return {}, None
+    out: Candidates = {}
+    why = []
+    if v_head_dim and v_head_dim != head_dim:
+        why.append(f"value head dim {v_head_dim} ≠ query/key head dim {head_dim}")
+    if kv_rank:
+        out["kv_lora_rank"] = field(int(kv_rank), f"the KV up-projection {kv_rank}→{kv_out} ({heads} heads × {kv_out // heads}) "
+                                                  "before the attention kernel, fed by a down-projection from hidden")
+        why.append(f"a compressed KV of width {kv_rank}")
+    if q_rank:
+        out["q_lora_rank"] = field(int(q_rank), f"the query up-projection {q_rank}→{heads * head_dim} (heads × head_dim)")
+    return out, "latent attention: " + ", ".join(why)
