@@ -169,3 +169,17 @@ def test_expert_parallelism_holds_a_share_of_the_experts_on_each_rank():
     assert value(m, "layout")["ep"] == t["ep"] == 2 and value(m, "experts") == 4 and value(m, "top_k") == 2
     assert value(m, "params_total") == t["params_total"] and value(m, "params_active") == t["params_active"]
     assert value(m, "moe_ffn") == t["moe_ffn"]
+
+
+def test_the_engines_expert_parallel_moe_counts_every_expert_once():
+    """traces/engine_moe_skewed (case_studies/engine/moe_tiny.toml: the tiny GPT, d 64, 2 blocks,
+    vocab 256, seq 64, tied; 8 SwiGLU experts of 128 in both blocks, top-2, ep = 2 over 2 ranks).
+    Each rank holds 4 experts: gradients [4, 64, 128] and [4, 128, 64], 32,768 elements each — as
+    many as a [batch 8, seq 64, hidden 64] activation, which is not what they are. By hand: dense
+    55,424 (tied table 256·64, positions 64·64, per block q/k/v/proj with biases 4·(64·64 + 64), two
+    norms 4·64, a router 64·8; the final norm 2·64), routed 2 blocks × 8 × 3·64·128 = 393,216;
+    active = 55,424 + 393,216 × 2 / 8."""
+    m = doc("engine_moe_skewed")["model"]
+    assert value(m, "layout")["ep"] == 2 and value(m, "experts") == 8 and value(m, "top_k") == 2
+    assert value(m, "params_total") == 55_424 + 393_216 == 448_640
+    assert value(m, "params_active") == 55_424 + 393_216 * 2 // 8 == 153_728

@@ -27,10 +27,12 @@ from typing import Any
 
 MAX_PCT = 100.0
 """No figure held to a peak passes the peak."""
-SIZE_FIELDS = ("params_total", "params_embedding", "params_non_embedding", "layers", "hidden", "heads", "kv_heads",
-               "head_dim", "ffn", "vocab", "seq", "micro_batch", "micro_batches", "tokens_per_step",
-               "global_tokens_per_step", "model_flops_per_token")
-"""The model's fields that count something: zero (or less) is a zero-size tensor, not a size."""
+SIZE_FIELDS = ("params_total", "params_non_embedding", "params_active", "layers", "hidden", "heads", "kv_heads",
+               "head_dim", "v_head_dim", "ffn", "moe_ffn", "experts", "top_k", "vocab", "seq", "micro_batch",
+               "micro_batches", "tokens_per_step", "global_tokens_per_step", "model_flops_per_token")
+"""The model's fields that count something: zero (or less) is a zero-size tensor, not a size. Not
+here: counts that are 0 in real models (``params_embedding`` of a tied table with rotary positions,
+``shared_experts``, ``dense_layers``)."""
 PEAK_FIGURES = ("mfu_pct", "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct")
 EVIDENCE_PCT = ("mfu_pct", "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct", "ceiling_pct", "pct_of_peak")
 """A finding's evidence keys that are shares of a peak."""

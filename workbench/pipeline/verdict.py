@@ -149,6 +149,9 @@ class Analysis:
         if self._model is None:
             ranks = self.per_rank_frames(frames.MODEL)
             self._model = run_model(ranks, self.run.world_size)
+            if self._model.get("expert_load") and self.expert_load_json():
+                # the trace cannot hold tokens per expert, but this run's capture recorded them
+                self._model["expert_load"] = "recorded by the capture in the profiled steps (the expert_load key)"
         return self._model
 
     def expert_load_json(self) -> dict[str, Any] | None:

@@ -34,11 +34,12 @@ def parameters(ctx: Context, f: Candidates) -> Candidates:
     hidden = f.get("hidden", {}).get("value")
     tables = Counter(ctx.tables)
     # a pipeline stage's input (a leaf that requires grad) accumulates a gradient too, of an
-    # activation's shape: not a parameter
-    act = (f["micro_batch"]["value"] * f["seq"]["value"] * hidden) if "micro_batch" in f and "seq" in f and hidden else None
+    # activation's shape ([batch, seq, hidden] or [seq, batch, hidden]): not a parameter. The shape,
+    # not only its size: an expert weight [E, D, H] can hold as many elements
+    act = sorted((f["micro_batch"]["value"], f["seq"]["value"])) if "micro_batch" in f and "seq" in f and hidden else None
     grads = ctx.grads if ctx.grads is not None else []
     shapes = [tuple(x.dims[0]) for x in (grads["args"] if len(grads) else []) if x.dims and x.dims[0]]
-    shapes = [sh for sh in shapes if not (len(sh) >= 3 and act and int(np.prod(sh)) == act)]
+    shapes = [sh for sh in shapes if not (len(sh) == 3 and act and sh[2] == hidden and sorted(sh[:2]) == act)]
     shape_count = Counter(shapes)
     if shapes:
         out["params_total"] = field(int(sum(int(np.prod(sh)) for sh in shapes)),
