@@ -27,5 +27,9 @@ demo: install
 serve:
 	$(PY) -m streamlit run app.py $(STREAMLIT_FLAGS) -- --traces traces
 
+# Tests run in TEST_WORKERS processes (pytest-xdist; auto = one per core), a test file per process
+# at a time, so a module's fixtures are made once; TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= auto
+
 test: install browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile

@@ -54,9 +54,14 @@ def misclassified(items) -> list[str]:
     return out
 
 
+COLLECTED = pytest.StashKey[int]()
+"""How many tests this session collected, before ``-m``/``-k`` deselected any."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked, selected or not
 def pytest_collection_modifyitems(config, items):
     config.stash[_MISCLASSIFIED] = misclassified(items)
+    config.stash[COLLECTED] = len(items)
 
 
 def misclassified_in_session(config) -> list[str]:

@@ -854,9 +854,28 @@ _OBSERVED: dict[str, Observed] = {}
 
 def observed(case: Case, d: Path) -> Observed:
     """:func:`observe` once per test session: each case's own test and RELIABILITY.md's check (which
-    renders every case) share the observation instead of running the case twice."""
+    renders every case) share the observation instead of running the case twice. Under pytest-xdist
+    the two may run in different worker processes: the observation is kept in a file of the test run
+    (``PYTEST_XDIST_TESTRUNUID``), the first worker to reach a case observes it under a lock."""
     if case.name not in _OBSERVED:
-        _OBSERVED[case.name] = observe(case, d)
+        uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        if not uid:
+            _OBSERVED[case.name] = observe(case, d)
+        else:
+            import dataclasses
+            import fcntl
+            import tempfile
+
+            shared = Path(tempfile.gettempdir()) / f"workbench-hostile-{uid}"
+            shared.mkdir(exist_ok=True)
+            with open(shared / f"{case.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                kept = shared / f"{case.name}.json"
+                if kept.exists():
+                    _OBSERVED[case.name] = Observed(**json.loads(kept.read_text()))
+                else:
+                    _OBSERVED[case.name] = observe(case, d)
+                    kept.write_text(json.dumps(dataclasses.asdict(_OBSERVED[case.name])))
     return _OBSERVED[case.name]
 
 
