@@ -151,6 +151,11 @@ def _zero_sizes(doc: dict) -> list[str]:
         if v is not None and v <= 0:
             zero.append(name)
             f["value"], f["confidence"] = None, "low"
+    f = fields.get("params_embedding")
+    if zero and f and (_num(f.get("value")) or 0) <= 0 and f.get("value") is not None:
+        # 0 embedding parameters is a tied table's count, but not beside zero-size tensors
+        zero.append("params_embedding")
+        f["value"], f["confidence"] = None, "low"
     return zero
 
 
