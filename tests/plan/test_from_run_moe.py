@@ -126,3 +126,36 @@ def test_a_one_gpu_run_is_offered_no_zero_stage_on_its_one_replica():
         for a in alternatives(case, goal, limit=20):
             assert a.layout.dp > 1 or a.layout.zero == zero
             assert "planner calibrated on the run" in a.basis and a.basis.split(";")[0]
+
+
+HF_RUNS = ["moe_qwen3_cpu", "moe_mixtral_cpu", "moe_olmoe_cpu", "moe_deepseek_v3_cpu", "moe_gpt_oss_cpu", "dense_qwen3_cpu"]
+
+
+@pytest.mark.committed
+@pytest.mark.parametrize("run", HF_RUNS)
+def test_the_planner_models_the_runs_own_model(run):
+    """The Hugging Face CPU runs (benchmarks/hf_train.py, each printing its own truth): the model the
+    planner builds from the run's model block has the script's parameters, total and active, within
+    1 % — the experts gated as the traces' expert parameters say (SwiGLU: 3 matrices each), latent
+    attention with the rotary width the traces show, no head_dim taken as hidden / heads."""
+    import json
+    import re
+
+    from workbench.calibration.from_run import analysis_of
+
+    truth = json.loads(re.search(r"^truth: (\{.*\})$", (TRACES / run / "console.log").read_text(), re.M).group(1))
+    m = run_model(analysis_of(TRACES / run), name=run).model
+    assert m.params() == pytest.approx(truth["params_total"], rel=0.01)
+    assert m.params_active() == pytest.approx(truth["params_active"], rel=0.01)
+    assert (m.experts or 0) == (truth.get("experts") or 0) and m.head_dim == truth["head_dim"]
+
+
+@pytest.mark.committed
+def test_an_engine_moe_run_is_planned_with_its_experts_and_ep():
+    """traces/engine_moe_balanced (case_studies/engine/moe_tiny.toml, 2 gloo ranks, ep 2): by hand
+    (tests/analysis/test_moe.py) 448,640 parameters, 153,728 active; the run's ep is its layout's."""
+    from workbench.plan.engine_runs import engine_case
+
+    c = engine_case(TRACES / "engine_moe_balanced")
+    assert (c.model.params(), c.model.params_active(), c.model.experts, c.model.top_k) == (448_640, 153_728, 8, 2)
+    assert c.layout.ep == 2

@@ -136,11 +136,11 @@ def _int(fields: dict, name: str) -> int | None:
 
 
 SHAPE_FIELDS = ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads", "head_dim", "v_head_dim", "experts",
-                "top_k", "shared_experts", "moe_ffn", "q_lora_rank", "kv_lora_rank")
+                "top_k", "shared_experts", "moe_ffn", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
 """Whole-number fields of the analysis' model block the planner's ModelSpec takes as they are."""
 LATENT_ROPE_DIM = 64
-"""Latent attention's rotary part of the head when the traces do not show it: DeepSeek-V2/V3's
-``qk_rope_head_dim`` (the only family with latent attention the planner knows)."""
+"""Latent attention's rotary part of the head when the traces do not show it (the model block's
+``qk_rope_head_dim``): DeepSeek-V2/V3's."""
 
 
 def _moe_shape(f: dict, shape: dict, assumed: list[str]) -> None:
@@ -165,9 +165,10 @@ def _moe_shape(f: dict, shape: dict, assumed: list[str]) -> None:
         if not shape.get("kv_lora_rank"):
             shape["kv_lora_rank"] = 512
             assumed.append("latent attention's compressed width not inferred: 512 (DeepSeek-V2/V3)")
-        shape["qk_rope_head_dim"] = LATENT_ROPE_DIM
+        if not shape.get("qk_rope_head_dim"):
+            shape["qk_rope_head_dim"] = LATENT_ROPE_DIM
+            assumed.append(f"latent attention's rotary head part {LATENT_ROPE_DIM} (DeepSeek-V2/V3; not in the traces)")
         shape.pop("kv_heads", None)
-        assumed.append(f"latent attention's rotary head part {LATENT_ROPE_DIM} (DeepSeek-V2/V3; not in the traces)")
 
 
 def _closest_shape(f: dict, params_total: int | None) -> tuple[dict, str]:

@@ -67,8 +67,16 @@ def _engine_case(run: str | Path, man: dict, cfg: dict) -> EngineCase:
     ranks = man.get("ranks") or {}
     device = (next(iter(ranks.values()), {}) or {}).get("device") or ("cuda" if man.get("device_memory_bytes") else "cpu")
     device = "cuda" if str(device).startswith("cuda") else "cpu"
+    moe = {}
+    if mc.get("moe_experts"):
+        # the engine's MoE blocks (engine.moe): a router h × E without bias, SwiGLU experts, one shared
+        # SwiGLU MLP of moe_shared_experts × moe_ffn; its dense blocks keep the GELU MLP, which one
+        # `gated` cannot say beside gated experts: with moe_dense_layers > 0 they count as gated
+        moe = dict(experts=int(mc["moe_experts"]), top_k=int(mc.get("moe_top_k", 2)),
+                   shared_experts=int(mc.get("moe_shared_experts") or 0), moe_ffn=int(mc["moe_ffn"]),
+                   dense_layers=int(mc.get("moe_dense_layers") or 0), gated=True)
     model = ModelSpec(name=f"engine:{Path(run).name}", layers=mc["n_layer"], hidden=mc["d_model"], heads=mc["n_head"],
-                      vocab=mc["vocab"], seq=mc["seq_len"], tied=bool(mc.get("tie_embeddings", True)))
+                      vocab=mc["vocab"], seq=mc["seq_len"], tied=bool(mc.get("tie_embeddings", True)), **moe)
     mode = pc["mode"]
     tp = int(pc.get("tp") or 1)
     pp = int(pc.get("pp") or 1)
@@ -92,7 +100,7 @@ def _engine_case(run: str | Path, man: dict, cfg: dict) -> EngineCase:
     else:
         mbs, mb, schedule = accum, dc["batch_size"], "1f1b"
     layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, mb=mb, recompute="full" if tc.get("activation_checkpointing") else tc.get("recompute", "none"),
-                    schedule=schedule)
+                    schedule=schedule, ep=int(pc.get("ep") or 1) if moe else 1)
     autocast = dtype == "bf16" and not fsdp
     stack = replace(torch_stack(dtype, zero=zero if fsdp else min(zero, 1), autocast=autocast,
                                 optimizer_bytes=OPTIMIZER_STATE_BYTES.get(tc.get("optimizer", "adamw"), 8),

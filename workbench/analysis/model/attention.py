@@ -191,4 +191,11 @@ def _latent(ctx: Context, heads: int, head_dim: int, v_head_dim: int | None) -> 
         why.append(f"a compressed KV of width {kv_rank}")
     if q_rank:
         out["q_lora_rank"] = field(int(q_rank), f"the query up-projection {q_rank}→{heads * head_dim} (heads × head_dim)")
+    if kv_rank and v_head_dim and kv_out % heads == 0:
+        # the KV up-projection makes each head's non-rotary key part and its value: the rest of
+        # the query/key head is the rotary part, shared by the heads
+        rope = head_dim - (kv_out // heads - v_head_dim)
+        if 0 < rope < head_dim:
+            out["qk_rope_head_dim"] = field(int(rope), f"head_dim {head_dim} − ({kv_out}/{heads} heads − v_head_dim {v_head_dim}): "
+                                                       "the rotary part of the query/key head")
     return out, "latent attention: " + ", ".join(why)

@@ -112,6 +112,10 @@ def experts(ctx: Context, f: Candidates) -> Candidates:
     routed = _routed_params(ctx, out, moe)
     if routed:
         evid["routed_params"] = routed
+        gating = _expert_gating(routed, evid.get("experts_per_rank") or out.get("experts", {}).get("value"),
+                                out.get("moe_layers", {}).get("value"), hidden, out.get("moe_ffn", {}).get("value"))
+        if gating and "gated" not in f:  # no dense MLP said it: the experts' matrices do
+            out["gated"] = gating
     if any(s.grouped for s in moe):
         evid["expert_load"] = ("not in the trace: aten::_grouped_mm's offsets (tokens per expert) are not recorded; "
                                "per-expert counts need a capture of the router's output")
@@ -120,6 +124,19 @@ def experts(ctx: Context, f: Candidates) -> Candidates:
         evid["expert_load"] = (f"a per-expert loop: {n_gemm:g} experts ran a GEMM per block (an expert that got no token "
                                "runs none); their rows are the tokens each got")
     return out
+
+
+def _expert_gating(routed: int, experts: int | None, layers: int | None, hidden: int | None, width: int | None) -> dict | None:
+    """``gated`` of the experts' MLPs: this rank's routed parameters over experts × MoE layers ×
+    hidden × expert width are the matrices of one expert, 3 for SwiGLU (gate, up, down), 2 for a
+    plain MLP. For a model whose every block is a mixture, where no dense MLP shows it."""
+    if not (experts and layers and hidden and width):
+        return None
+    mats = routed / (experts * layers * hidden * width)
+    if abs(mats - round(mats)) > 0.02 or round(mats) not in (2, 3):
+        return None
+    return field(round(mats) == 3, f"the routed experts' {routed:,} parameters = {round(mats)} matrices of {hidden}×{width} "
+                                   f"per expert ({experts} experts × {layers} layers)")
 
 
 def _grouped_weights(ctx: Context) -> list[list[int]]:
