@@ -6,14 +6,12 @@ the analysis path is pandas and msgspec, imported when the command runs.
 
 from __future__ import annotations
 
-from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
-
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from workbench.cli.registry import command
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
+from workbench.cli.registry import command, positive_int
 
 EXAMPLES = """examples:
   workbench analyze traces/slow_data_ddp-20261202-103000
@@ -43,20 +41,10 @@ def _positive_float(v: str) -> float:
     return x
 
 
-def _positive(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}")
-    return n
-
-
 def _arguments(an: argparse.ArgumentParser) -> None:
     an.add_argument("path", type=Path, help="run directory, trace directory or one trace file")
     an.add_argument("--json", action="store_true", help="print one JSON object (schema workbench.analyze/1)")
-    an.add_argument("--workers", type=_positive, default=None, metavar="N",
+    an.add_argument("--workers", type=positive_int, default=None, metavar="N",
                     help="worker processes that reduce the ranks' traces (default: this machine's cores)")
     an.add_argument("--no-cache", action="store_true", help="neither read nor write the run's analysis cache")
     an.add_argument("--executor", default=None, metavar="URL",

@@ -3,12 +3,10 @@ workbench.pipeline.compare (or workbench.calibration.compare_plan) and prints; r
 
 from __future__ import annotations
 
-from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
-
 import argparse
-import json
 import sys
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
 from workbench.cli.registry import command
 from workbench.pipeline.compare import Comparison, compare_runs
 

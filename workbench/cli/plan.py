@@ -3,12 +3,10 @@ work is in workbench.plan. Imports nothing heavy at registration (no torch, pand
 
 from __future__ import annotations
 
-from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
-
 import argparse
-import json
 import sys
 
+from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
 from workbench.cli.registry import command
 
 EXAMPLES = """examples:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workbench.cli.registry import command
+from workbench.cli.registry import command, positive_int
 
 EXAMPLES = """examples:
   workbench profile train.py --lr 3e-4
@@ -40,7 +40,7 @@ def _arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--profile-memory", action="store_true",
                     help="record the profiler's memory events (the memory timeline inside a step); off by default: "
                          "they slow host-sensitive recorded steps, and the allocator's peaks are in every step row")
-    pr.add_argument("--memory-history", type=_entries, default=0, metavar="N",
+    pr.add_argument("--memory-history", type=positive_int, default=0, metavar="N",
                     help="record the CUDA allocator's history (at most N entries, Python stacks) and write "
                          "memory_snapshot_rank{r}.pickle at an out-of-memory error and at the end, for PyTorch's "
                          "memory viewer (pytorch.org/memory_viz); CUDA only")
@@ -48,15 +48,6 @@ def _arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("script", help="the training script")
     pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
 
-
-def _entries(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of entries, got {v!r}")
-    return n
 
 
 @command("profile", help="run a training script under the profiler (1..N ranks)",

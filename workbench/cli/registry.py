@@ -44,6 +44,17 @@ class Command:
 _COMMANDS: dict[str, Command] = {}
 
 
+def positive_int(v: str) -> int:
+    """An argparse ``type``: a whole number ≥ 1 (``--workers``, ``--memory-history``)."""
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v!r}")
+    return n
+
+
 def register(cmd: Command) -> Command:
     """Add ``cmd``; a name another module took is refused (the same module registering again,
     as a reloaded module does, replaces its own)."""
