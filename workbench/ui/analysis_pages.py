@@ -11,6 +11,7 @@ from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, m
                                        utilisation, zero_what_if)
 from workbench.ui import state
 from workbench.present import summary
+from workbench.present.tables import rounded
 from workbench.ui.registry import page
 
 GIB = 2**30
@@ -28,19 +29,24 @@ def utilisation_page() -> None:
         return
     steps = {r: d.steps for r, d in analysis.run.ranks.items()}
     st.plotly_chart(utilisation(nvml, steps), width="stretch")
-    cols = [c for c in ("gpu_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "cpu_util_pct", "proc_cpu_pct", "rss_bytes")]
+    # one row per rank and quantity: as many columns at 1 rank as at 1,000
     rows = []
     for r, f in sorted(nvml.items()):
-        row = {"rank": r, "source": str(f["source"].iloc[0]), "samples": len(f)}
-        for c in cols:
+        for c in ("gpu_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "cpu_util_pct", "proc_cpu_pct", "rss_bytes"):
             v = pd.to_numeric(f[c], errors="coerce") if c in f else pd.Series(dtype=float)
             if v.notna().any():
                 scale = 1 / GIB if c.endswith("_bytes") else 1
-                name = c.replace("_bytes", " (GiB)")
-                row[f"{name} mean"] = round(float(v.mean()) * scale, 2)
-                row[f"{name} max"] = round(float(v.max()) * scale, 2)
-        rows.append(row)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+                rows.append({"rank": r, "quantity": UTILISATION_NAMES[c], "mean": float(v.mean()) * scale,
+                             "max": float(v.max()) * scale, "samples": int(v.notna().sum()), "source": str(f["source"].iloc[0])})
+    table = pd.DataFrame(rows)
+    for c in ("mean", "max"):  # GiB to 0.01, the rest (%, W, MHz) to 0.1
+        table[c] = [round(v, 2 if "GiB" in q else 1) for v, q in zip(table[c], table["quantity"])]
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+UTILISATION_NAMES = {"gpu_util_pct": "GPU utilisation (%)", "mem_used_bytes": "GPU memory used (GiB)", "power_w": "power (W)",
+                     "sm_clock_mhz": "SM clock (MHz)", "cpu_util_pct": "machine CPU (%)",
+                     "proc_cpu_pct": "rank process CPU (%, 100 = 1 core)", "rss_bytes": "resident memory (GiB)"}
 
 
 MEMORY_RANKS = 8  # ranks whose memory samples the Memory page draws (each one's trace is read)
@@ -60,11 +66,11 @@ def communication_page() -> None:
     else:
         st.subheader("Collective inventory")
         st.plotly_chart(collective_bytes_bar(inv), width="stretch")
-        st.dataframe(inv, hide_index=True, width="stretch")
+        st.dataframe(rounded(inv), hide_index=True, width="stretch")
     if not ov.empty:
         st.subheader("Overlap with compute, per rank")
         st.plotly_chart(comm_overlap_bar(ov), width="stretch")
-        per_rank = ov.groupby("rank")[["step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]].mean().round(2)
+        per_rank = rounded(ov.groupby("rank")[["step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]].mean())
         st.caption("Mean per profiled step; exposed_pct is the exposed share of the step.")
         st.dataframe(per_rank.reset_index(), hide_index=True, width="stretch")
 

@@ -27,7 +27,7 @@ def overview_page() -> None:
         st.warning(w)
     h = summary.headline(result, analysis)
     cols = st.columns(5)
-    cols[0].metric("Step time", _fmt(h.step_ms, " ms"), help="mean over ranks and profiled steps")
+    cols[0].metric("Step time", _fmt(h.step_ms, " ms"), help=h.step_words or "the job's step")
     gpu = analysis.run.has_gpu
     cols[1].metric("GPU busy" if gpu else "CPU busy (no GPU)", _fmt(h.gpu_busy_pct, "%", 0),
                    help="share of the step the GPU runs kernels or copies" if gpu else
@@ -37,16 +37,21 @@ def overview_page() -> None:
                    "dense peak ÷ the job's step; the trace's executed FLOPs where the model cannot be inferred (Efficiency "
                    "page: MFU and HFU)")
     cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")
-    peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
-    if h.peak_memory_bytes and h.capacity_bytes:
-        peak += f" / {h.capacity_bytes / 2**30:.0f}"
-    cols[4].metric(f"Peak memory ({h.memory_kind})", peak,
-                   delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of capacity" if h.peak_memory_bytes and h.capacity_bytes else None,
-                   delta_color="off")
+    # the kind of memory in the help, the capacity in the delta: a 1280-pixel window keeps both whole
+    cols[4].metric("Peak memory", "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB",
+                   delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of {h.capacity_bytes / 2**30:.0f} GiB"
+                   if h.peak_memory_bytes and h.capacity_bytes else None,
+                   delta_color="off", help=f"{h.memory_kind}: the highest of any rank")
+    # the CLI's words: which steps the step time is the mean of, and what the capture cost (the
+    # note says it with the same figures when the profiled steps were not the job's)
+    said = result.summary.note or h.capture_line
+    if h.step_words:
+        st.caption(f"Step time is {h.step_words}." + (f" {said[0].upper()}{said[1:]}." if said else ""))
     tps = result.metrics.tokens_per_s
+    steps_from = analysis.run.manifest.get("steps_from")
     st.caption((f"{tps:,.0f} tokens/s · " if tps else "") + f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
-               f"{analysis.breakdown['step'].nunique()} profiled step(s) · steps from {analysis.run.manifest.get('steps_from') or 'unknown'} · "
-               f"status {analysis.run.manifest.get('status', 'bare')}")
+               f"{analysis.breakdown['step'].nunique()} profiled step(s)" + (f" · steps from {steps_from}" if steps_from else "")
+               + f" · status {analysis.run.manifest.get('status', 'bare')}")
     st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
     st.subheader("Diagnoses")
     widgets.diagnosis_cards(analysed)
