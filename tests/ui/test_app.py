@@ -333,3 +333,14 @@ def test_plan_page_finds_fsdp2_on_one_gpu_and_warns_outside_the_calibration(monk
     at.multiselect[0].set_value(["case_gpu_2_preload_shm"]).run()
     assert not at.exception
     assert any("outside the calibration" in str(w.value) for w in at.warning)
+
+
+def test_memory_page_of_a_gpu_trace_without_memory_records(monkeypatch):
+    """A public A100 trace (no steps CSVs, no memory events): not "host RSS" (the host's is not the
+    GPU's), and the ZeRO what-if starts from the parameters every other figure of the run uses."""
+    at = open_page(monkeypatch, "memory_page", "hta_a100_80gb", root=TRACES / "public")
+    assert at.metric[0].label == "Peak (GPU allocated)" and at.metric[0].value == "—"
+    params = analyze_run(TRACES / "public" / "hta_a100_80gb").model_json()["fields"]["params_total"]["value"]
+    assert at.number_input[0].value == params
+    sources = " ".join(at.dataframe[0].value["source"].astype(str))  # memory by category: not "(CPU)" on a GPU trace
+    assert "no allocator peak in the run" in sources and "CPU)" not in sources.replace("a CPU run", "")

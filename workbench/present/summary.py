@@ -54,7 +54,7 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
             out[r] = int(mem["peak_allocated_bytes"])
         elif d.steps is not None and "max_mem_allocated_bytes" in d.steps and d.steps["max_mem_allocated_bytes"].notna().any():
             out[r] = int(d.steps["max_mem_allocated_bytes"].max())
-    if out:
+    if out or run.has_gpu:  # a GPU run that recorded no allocator figures: its host's RSS is not its memory
         return out, "GPU allocated"
     for r, d in run.ranks.items():
         for f in (d.steps, d.nvml):

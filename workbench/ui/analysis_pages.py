@@ -11,7 +11,7 @@ from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, m
                                        utilisation, zero_what_if)
 from workbench.ui import state
 from workbench.present import summary
-from workbench.present.tables import rounded
+from workbench.present.tables import decimals_for, rounded
 from workbench.ui.registry import page
 
 GIB = 2**30
@@ -137,6 +137,7 @@ def memory_page() -> None:
         return
     table = summary.model_states_table(n_params, dps=sorted(dps), activations_bytes=int(act_gib * GIB), states_fn=zero_model_states_bytes)
     st.plotly_chart(zero_what_if(table, cap), width="stretch")
-    shown = table.assign(**{"total (GiB)": (table["total_bytes"] / GIB).round(2),
+    total = table["total_bytes"] / GIB  # three significant digits: a small model's 0.003 GiB is not "0"
+    shown = table.assign(**{"total (GiB)": total.round(decimals_for("", total)),
                             "fits": ["yes" if not cap or t <= cap else "no" for t in table["total_bytes"]]})
     st.dataframe(shown[["stage", "dp", "total (GiB)", "fits"]], hide_index=True, width="stretch")

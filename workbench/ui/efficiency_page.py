@@ -105,14 +105,14 @@ def efficiency_page() -> None:
     st.plotly_chart(kernel_class_bar(classes), width="stretch")
     st.caption("% of roofline: compute classes against the dense peak of the dtype they ran in; device-to-device copies "
                "and memsets against HBM bandwidth. Blank where the trace gives neither FLOPs nor bytes.")
-    st.dataframe(rounded(classes), hide_index=True, width="stretch")
+    widgets.static_table(rounded(classes).set_index("class"))  # static tables: long names wrap to the window
 
     st.subheader("Top kernels")
     frames = analysis.efficiency_frames()
     kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty], ignore_index=True)
-    st.dataframe(rounded(summary.top_kernels(kernels, result.run.device, TOP_KERNELS)), hide_index=True, width="stretch")
+    widgets.static_table(rounded(summary.top_kernels(kernels, result.run.device, TOP_KERNELS)).set_index("kernel"))
     st.subheader("Unclassified kernels (`other`)")
     if eff.other_kernels:
-        st.dataframe(pd.DataFrame(list(eff.other_kernels)), hide_index=True, width="stretch")
+        widgets.static_table(rounded(pd.DataFrame(list(eff.other_kernels))).set_index("name"))
     else:
         st.caption("None: every GPU kernel of this run fell into a named class.")

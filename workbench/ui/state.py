@@ -154,6 +154,11 @@ def _params(path: str, mtime: float) -> tuple[int, str]:
     stated = run.manifest.get("n_params") or cfg.get("n_params") or (cfg.get("model") or {}).get("n_params")
     if stated:
         return int(stated), "the run's manifest (n_params)"
+    # the model the analysis inferred: the count every other figure of the run uses (memory by
+    # category, MFU, the planner)
+    field = (_analysed(path, mtime).result.model.fields or {}).get("params_total") or {}
+    if isinstance(field.get("value"), (int, float)) and field["value"] > 0:
+        return int(field["value"]), f"the model inferred from the traces ({field.get('source')})"
     rank = min(run.rank_info)
     trace = _trace(path, mtime, rank)
     n = count_params(trace, _windows(path, mtime, rank))

@@ -32,6 +32,15 @@ def static_table(df: pd.DataFrame) -> None:
     st.table(shown.map(lambda v: "" if v is None or (isinstance(v, float) and v != v) else as_text(v)))
 
 
+STYLE = """<style>
+[data-testid="stTable"] th, [data-testid="stTable"] td,
+[data-testid="stTable"] th *, [data-testid="stTable"] td * { overflow-wrap: anywhere !important; white-space: normal !important; }
+</style>"""
+"""The app's one style rule (app.py puts it on every page): a static table's cell breaks a long
+token (a kernel's name, a path) rather than pushing the table past the window or clipping it at
+the cell's 400 px (Streamlit's own rules keep row headers on one line: hence ``!important``)."""
+
+
 SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
 
 
