@@ -50,3 +50,16 @@ def rounded(df: pd.DataFrame) -> pd.DataFrame:
             col = col.astype("int64")
         out[c] = col
     return out
+
+
+MEMORY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def memory_unit(values_bytes) -> tuple[str, float]:
+    """The unit a column of byte counts reads best in: GiB unless its largest value is under 1 GiB
+    (a small model's 0.000493 GiB is 0.48 MiB), and the bytes per unit."""
+    top = pd.to_numeric(pd.Series(list(values_bytes), dtype=float), errors="coerce").abs().max()
+    for name, size in MEMORY_UNITS:
+        if not top == top or top >= size:
+            return name, float(size)
+    return MEMORY_UNITS[-1][0], float(MEMORY_UNITS[-1][1])

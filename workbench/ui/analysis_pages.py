@@ -11,7 +11,7 @@ from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, m
                                        utilisation, zero_what_if)
 from workbench.ui import state
 from workbench.present import summary
-from workbench.present.tables import decimals_for, rounded
+from workbench.present.tables import memory_unit, rounded
 from workbench.ui.registry import page
 
 GIB = 2**30
@@ -95,8 +95,10 @@ def memory_page() -> None:
         st.subheader("By category")
         gpu_cap = run.device_memory_bytes
         st.plotly_chart(memory_categories_bar(by_category, gpu_cap / GIB if gpu_cap else None), width="stretch")
-        st.dataframe(pd.DataFrame([{"category": k, "GiB": v.get("gib"), "source": v.get("source")}
-                                   for k, v in by_category["by_category"].items()]), hide_index=True, width="stretch")
+        cats = by_category["by_category"]
+        unit, size = memory_unit([(v.get("gib") or 0) * GIB for v in cats.values()])
+        st.dataframe(pd.DataFrame([{"category": k, unit: None if v.get("gib") is None else round(v["gib"] * GIB / size, 2),
+                                    "source": v.get("source")} for k, v in cats.items()]), hide_index=True, width="stretch")
         if by_category.get("note"):
             st.caption(by_category["note"])
     frames, t0, act = [], None, 0
@@ -137,7 +139,8 @@ def memory_page() -> None:
         return
     table = summary.model_states_table(n_params, dps=sorted(dps), activations_bytes=int(act_gib * GIB), states_fn=zero_model_states_bytes)
     st.plotly_chart(zero_what_if(table, cap), width="stretch")
-    total = table["total_bytes"] / GIB  # three significant digits: a small model's 0.003 GiB is not "0"
-    shown = table.assign(**{"total (GiB)": total.round(decimals_for("", total)),
+    unit, size = memory_unit(table["total_bytes"])  # a small model's 0.003 GiB is 3 MiB, not "0"
+    total = f"total ({unit})"
+    shown = table.assign(**{total: (table["total_bytes"] / size).round(2),
                             "fits": ["yes" if not cap or t <= cap else "no" for t in table["total_bytes"]]})
-    st.dataframe(shown[["stage", "dp", "total (GiB)", "fits"]], hide_index=True, width="stretch")
+    st.dataframe(shown[["stage", "dp", total, "fits"]], hide_index=True, width="stretch")

@@ -73,10 +73,11 @@ def diagnoses_page() -> None:
 
 @page("Timeline", url_path="timeline", section="Run", order=20)
 def timeline_page() -> None:
-    path, analysis = state.selected_analysis()
+    path, analysed = state.selected()
     st.title("Timeline")
-    if analysis is None:
+    if analysed is None:
         return
+    analysis = analysed.analysis()
     ranks = sorted(analysis.run.rank_info)
     c1, c2, c3 = st.columns([2, 2, 1])
     shown = c1.multiselect("Ranks", ranks, default=ranks[:4], format_func=lambda r: f"rank {r}")
@@ -102,3 +103,8 @@ def timeline_page() -> None:
     st.caption(f"{events:,} trace events drawn as {len(lanes):,} bars: nested events collapse into the outermost one "
                "and events closer than 1/4 of a bar's width merge (hover shows how many). Zoom to a step for detail; "
                "drag on the chart to zoom further.")
+    s = analysed.result.summary
+    if s.trace_step_ms and s.step_ms and s.steps_covered.startswith("the job"):
+        # the one step figure is the job's: say why these steps are longer or shorter
+        st.caption(f"These are the profiled steps as the trace recorded them, {s.trace_step_ms:.1f} ms each on average; "
+                   f"the job's step is {s.step_ms:.1f} ms (Overview: {s.steps_covered}).")

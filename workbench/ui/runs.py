@@ -25,7 +25,13 @@ def runs_page() -> None:
     if not rows:
         st.info("No runs yet. Profile one: `workbench profile --nproc-per-node 2 train.py`, or upload one below.")
     else:
-        table = [_row(r) for r in rows]
+        # the first visit analyses every small run for its verdict (cached after): say so as it goes
+        bar = st.progress(0.0, text=f"Reading the verdicts of {len(rows)} run(s)…")
+        table = []
+        for i, r in enumerate(rows):
+            table.append(_row(r))
+            bar.progress((i + 1) / len(rows), text=f"Reading the verdicts of {len(rows)} run(s)… {widgets.as_text(r['name'])}")
+        bar.empty()
         # a static table: every verdict whole, wrapped to the window (a grid cuts long text)
         widgets.static_table(pd.DataFrame(table).set_index("run"))
         unanalysed = [t["run"] for t in table if t["verdict"].startswith("not analysed")]
