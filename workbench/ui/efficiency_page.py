@@ -36,6 +36,8 @@ def model_table(model: ModelInfo) -> pd.DataFrame:
             v = ", ".join(f"{k} {x}" for k, x in v.items())
         elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
             v = f"{v:,}"
+        elif isinstance(v, float):
+            v = summary.evidence_text(v)  # three significant digits
         rows.append({"field": name, "value": str(v), "confidence": f["confidence"], "source": f["source"]})
     return pd.DataFrame(rows, columns=["field", "value", "confidence", "source"])
 

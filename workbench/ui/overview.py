@@ -11,6 +11,12 @@ from workbench.present import summary
 from workbench.ui.registry import page
 
 
+def _gib(n_bytes: float) -> str:
+    """Three significant digits, so that a fifth of a 1280-pixel window holds it: 0.38, 25.4, 120 GiB."""
+    v = n_bytes / 2**30
+    return f"{v:.{2 if v < 10 else 1 if v < 100 else 0}f} GiB"
+
+
 def _fmt(v: float | None, unit: str, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}{unit}"
 
@@ -38,7 +44,7 @@ def overview_page() -> None:
                    "page: MFU and HFU)")
     cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")
     # the kind of memory in the help, the capacity in the delta: a 1280-pixel window keeps both whole
-    cols[4].metric("Peak memory", "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB",
+    cols[4].metric("Peak memory", "—" if h.peak_memory_bytes is None else _gib(h.peak_memory_bytes),
                    delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of {h.capacity_bytes / 2**30:.0f} GiB"
                    if h.peak_memory_bytes and h.capacity_bytes else None,
                    delta_color="off", help=f"{h.memory_kind}: the highest of any rank")
