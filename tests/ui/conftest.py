@@ -27,7 +27,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 120_000  # 2 shared cores: a cold analysis plus the first render can take a while
 APP_RUNS = ("ddp_slow_data", "ddp_fixed_data", "gpu_memory_heavy", "gpu_fsdp2_370m", "failed_oom_backward",
-            "engine_moe_skewed", "hf_qwen3_moe_cpu", "corpus/fsdp2_example_cpu", "public/hta_a100_80gb")
+            "failed_oom_before_trace", "engine_moe_skewed", "hf_qwen3_moe_cpu", "corpus/fsdp2_example_cpu",
+            "public/hta_a100_80gb")
 """The committed runs the browser tests' server lists (paths under traces/)."""
 WINDOW = {"width": 1280, "height": 800}
 """A newcomer's window: what every page must fit."""

@@ -187,3 +187,17 @@ def test_efficiency_and_memory_pages_fit(server, window, path):
     assert window.evaluate(CLIPPED) == []
     assert window.evaluate(LEGEND_OVERLAPS) == []
     assert DECIMALS.findall(shown_text(window)) == []
+
+
+def test_a_run_that_failed_before_its_trace_opens_on_every_page(server, window):
+    # failed_oom_before_trace: a verdict from its records, no trace: the Memory and Communication
+    # pages raised (min() of no rank, concat of no frame), the Timeline asked to "pick a rank" of none
+    for page in ("overview", "timeline", "utilisation", "communication", "memory", "efficiency", "diagnoses"):
+        load(window, f"{server}/{page}?run=failed_oom_before_trace")  # no traceback (load checks)
+        text = window.locator('[data-testid="stMain"]').inner_text()
+        assert "Pick at least one rank" not in text, page
+        charts = window.locator('[data-testid="stPlotlyChart"]').count()
+        # no chart of steps that were never traced (the device samples and memory records are the run's)
+        assert charts == 0 or page in ("utilisation", "memory"), (page, charts)
+        if page in ("overview", "timeline", "communication"):
+            assert "No trace: the job ended before the profiler wrote one" in text, page

@@ -9,7 +9,7 @@ from workbench.analysis import frames
 from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
 from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, memory_categories_bar, memory_lines,
                                        utilisation, zero_what_if)
-from workbench.ui import state
+from workbench.ui import state, widgets
 from workbench.present import summary
 from workbench.present.tables import memory_unit, rounded
 from workbench.ui.registry import page
@@ -56,7 +56,7 @@ MEMORY_RANKS = 8  # ranks whose memory samples the Memory page draws (each one's
 def communication_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Communication")
-    if analysis is None:
+    if analysis is None or widgets.no_trace(analysis):
         return
     # per-rank frames of the analysis (computed next to each trace)
     inv = pd.concat([f.assign(rank=r) for r, f in analysis.per_rank_frames(frames.INVENTORY).items()], ignore_index=True)
@@ -101,6 +101,8 @@ def memory_page() -> None:
                                     "source": v.get("source")} for k, v in cats.items()]), hide_index=True, width="stretch")
         if by_category.get("note"):
             st.caption(by_category["note"])
+    if widgets.no_trace(analysis):  # the categories above come from the run's records; the rest is the trace's
+        return
     frames, t0, act = [], None, 0
     ranks = sorted(run.rank_info)
     if len(ranks) > MEMORY_RANKS:

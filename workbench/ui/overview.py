@@ -58,9 +58,14 @@ def overview_page() -> None:
     st.caption((f"{tps:,.0f} tokens/s · " if tps else "") + f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
                f"{analysis.breakdown['step'].nunique()} profiled step(s)" + (f" · steps from {steps_from}" if steps_from else "")
                + f" · status {analysis.run.manifest.get('status', 'bare')}")
-    st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
+    traced = not analysis.breakdown.empty
+    if traced:
+        st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
     st.subheader("Diagnoses")
     widgets.diagnosis_cards(analysed)
+    if not traced:
+        widgets.no_trace(analysis) or st.info("No profiled step in the traces: nothing of the steps to draw.")
+        return
     st.plotly_chart(step_time_lines(analysis.breakdown), width="stretch")
     st.subheader("Per rank")
     st.dataframe(summary.per_rank_table(analysis), hide_index=True, width="stretch")
@@ -84,6 +89,8 @@ def timeline_page() -> None:
     if analysed is None:
         return
     analysis = analysed.analysis()
+    if widgets.no_trace(analysis):
+        return
     ranks = sorted(analysis.run.rank_info)
     c1, c2, c3 = st.columns([2, 2, 1])
     shown = c1.multiselect("Ranks", ranks, default=ranks[:4], format_func=lambda r: f"rank {r}")

@@ -44,6 +44,19 @@ the cell's 400 px (Streamlit's own rules keep row headers on one line: hence ``!
 SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
 
 
+NO_TRACE = ("No trace: the job ended before the profiler wrote one, so there is nothing of its steps to draw here. "
+            "The verdict (Overview, Diagnoses) is read from its manifest, status, steps, samples and memory records.")
+
+
+def no_trace(analysis) -> bool:
+    """True, having said so, where the run has no rank's trace (a job that failed before its first
+    profiled step): the pages that draw the trace have nothing to draw."""
+    if analysis.run.rank_info:
+        return False
+    st.info(NO_TRACE)
+    return True
+
+
 def verdict(result: Result) -> None:
     serious = result.serious()
     show = st.error if serious and serious[0].severity == "critical" else st.warning if serious else st.success
