@@ -201,3 +201,12 @@ def test_a_run_that_failed_before_its_trace_opens_on_every_page(server, window):
         assert charts == 0 or page in ("utilisation", "memory"), (page, charts)
         if page in ("overview", "timeline", "communication"):
             assert "No trace: the job ended before the profiler wrote one" in text, page
+
+
+def test_compare_with_a_run_without_trace_draws_no_empty_chart(server, window):
+    load(window, f"{server}/compare?a=failed_oom_before_trace&b=failed_oom_backward")
+    empty = window.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot'))
+        .filter(gd => !(gd._fullData || []).some(t => t.visible !== false && (t._length || 0) > 0))
+        .map(gd => gd.querySelector('.gtitle')?.textContent)""")
+    assert empty == []
+    assert "No profiled step to draw" in window.locator('[data-testid="stMain"]').inner_text()

@@ -33,7 +33,11 @@ def compare_page() -> None:
         with col:
             st.markdown(f"**{name}**")
             widgets.verdict(an.result)
-            st.plotly_chart(step_breakdown_bar(an.analysis().per_rank, title=f"{name}: ms per step"), width="stretch")
+            per_rank = an.analysis().per_rank
+            if per_rank.empty:  # a run that failed before its trace: no step to draw
+                st.caption("No profiled step to draw: the job ended before the profiler wrote a trace.")
+            else:
+                st.plotly_chart(step_breakdown_bar(per_rank, title=f"{name}: ms per step"), width="stretch")
     cmp = compare_runs(a.result, b.result)
     st.subheader("Deltas (B − A)")
     speedup = getattr(cmp, "speedup_measured", None)
@@ -41,7 +45,10 @@ def compare_page() -> None:
         st.metric("Measured speed-up (A's job step / B's)", f"{speedup:.2f}×")
     for m in cmp.mismatches:
         st.warning(f"Not like for like: {m}")
-    st.plotly_chart(compare_bars(cmp.metrics), width="stretch")
+    if cmp.metrics["delta_pct"].notna().any():
+        st.plotly_chart(compare_bars(cmp.metrics), width="stretch")
+    else:
+        st.caption("No metric was measured in both runs: nothing to set side by side.")
     st.caption("step_ms (= steady_step_ms) is each run's job step, the mean of its unprofiled steps (Overview names "
                "them); the shares are its profiled steps' set against it; trace_step_ms the profiled steps' own.")
     st.dataframe(_metrics_table(cmp.metrics), hide_index=True, width="stretch")
