@@ -226,7 +226,7 @@ def _why(ev: Evaluated, best: Evaluated) -> tuple[str, float]:
         return d
     a, b = parts(ev), parts(best)
     key = max(a, key=lambda k: a[k] - b[k])
-    if a[key] - b[key] < TIE_S:
+    if a[key] - b[key] < TIE_S or f"{(a[key] - b[key]) * 1e3:+.0f}" == "+0":  # what "+0 ms" would say
         return TIE, ev.time.step_s - best.time.step_s
     return dict(COMPONENTS)[key], a[key] - b[key]
 
