@@ -6,11 +6,12 @@ the library.
 
 import streamlit as st
 
-from workbench.ui import pages
+from workbench.ui import pages, widgets
 
 HOME = "overview"  # the url_path "/" forwards to
 
 st.set_page_config(page_title="workbench", page_icon="⏱", layout="wide")
+st.markdown(widgets.STYLE, unsafe_allow_html=True)  # ours, constant: no text from a run
 sections = {name: [st.Page(p.fn, title=p.title, url_path=p.url_path) for p in ps]
             for name, ps in pages.navigation().items()}
 home_section, home = next((name, pg) for name, ps in sections.items() for pg in ps if pg.url_path == HOME)

@@ -84,12 +84,16 @@ def test_steady_steps_are_timed_on_the_gpu_clock_where_captured():
 def test_stall_title_from_profiled_steps_quotes_the_cli_table():
     a = analyze_run(TRACES / "fault_slow_data")
     d = stall(a)
-    # the stall was seen in the recorded steps; its share is of the job's step
-    assert d.evidence["steps_covered"] == "profiled steps 3–5, against the job's step"
-    assert d.title.endswith(f"of {a.per_rank['step_ms'].mean():.1f} ms, profiled steps 3–5, against the job's step)")
+    # the stall was seen in the recorded steps; its share is of the job's step, whose steps the
+    # title names as the CLI's table title does (steps 3-5 recorded, 2 the profiler's warm-up)
+    assert d.evidence["steps_covered"] == "unprofiled steps 1, 6–7 (3 per rank, host clock)"
+    assert d.evidence["wait_from"] == "profiled steps 3–5"
+    assert d.title.endswith(f"of {a.per_rank['step_ms'].mean():.1f} ms, unprofiled steps 1, 6–7; "
+                            "the wait's share from profiled steps 3–5)")
     out = cli_output(a)
     assert "3 profiled step(s)" in out
-    figure = re.search(r"of ([\d.]+) ms, profiled", d.title).group(1)
+    assert "the mean of unprofiled steps 1, 6–7 (3 per rank, host clock)" in " ".join(out.split())
+    figure = re.search(r"of ([\d.]+) ms, unprofiled", d.title).group(1)
     table_steps = re.findall(r"^│\s+\d+ │\s+([\d.]+) │", out, re.M)  # the table's step column, one row per rank
     # the table's rows are each rank's job step; the title their mean
     assert table_steps == [f"{x:.1f}" for x in a.per_rank["step_ms"]]
@@ -104,5 +108,6 @@ def test_stall_title_from_unprofiled_steps_names_them_and_quotes_compare():
     # step (the mean of the unprofiled steps, the warm-up steps 6-7 left out: 23 of them)
     assert f"{a.to_json()['summary']['trace_step_ms']:.1f}" == "1020.2"
     assert f"{a.per_rank['step_ms'].iloc[0]:.1f}" == f"{m['steady_step_ms']:.1f}" == "808.1"
-    assert d.evidence["steps_covered"] == "unprofiled steps 1–29" and d.evidence["steps"] == 23
-    assert d.title.endswith(f"of {m['steady_step_ms']:.1f} ms, unprofiled steps 1–29)")
+    # steps 6-7 the profiler's warm-up, 8-11 recorded: not in the job's step
+    assert d.evidence["steps_covered"] == "unprofiled steps 1–5, 12–29 (23 steps, host clock)" and d.evidence["steps"] == 23
+    assert d.title.endswith(f"of {m['steady_step_ms']:.1f} ms, unprofiled steps 1–5, 12–29)")

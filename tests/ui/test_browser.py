@@ -1,94 +1,20 @@
-"""A real Streamlit server driven by a real Chromium (Debian's, through Playwright).
-
-Skipped only where chromium is absent and we are not in CI; in CI (``CI`` set) it must run —
-``make test`` installs chromium (``make browser``) and playwright (the ``test`` extra).
-Screenshots go to tests/artifacts/ (gitignored).
+"""A real Streamlit server driven by a real Chromium (Debian's, through Playwright): the session's
+server and browser (tests/ui/conftest.py). Screenshots go to tests/artifacts/ (gitignored).
 """
 
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TRACES, _free_port
+from tests.conftest import ROOT, TRACES
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-TIMEOUT_MS = 120_000  # 2 shared cores: a cold analysis plus the first render can take a while
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
-
-
-def _need_browser():
-    if not CHROMIUM.exists() and not os.environ.get("CI"):
-        pytest.skip("no /usr/bin/chromium (run `make browser`); this test is required in CI")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    return sync_playwright
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    _need_browser()
-    port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address", "127.0.0.1",
-             "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-             "--", "--traces", "traces"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit not healthy after 120 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-@pytest.fixture(scope="module")
-def page(server):
-    sync_playwright = _need_browser()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            pg = browser.new_page(viewport={"width": 1500, "height": 1100})
-            pg.set_default_timeout(TIMEOUT_MS)
-            yield pg
-        finally:
-            browser.close()
 
 
 def test_select_run_shows_chart_and_diagnosis(server, page):

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.steps import CATEGORIES
-from workbench.analysis.throughput import steady_summary
+from workbench.analysis.throughput import parse_step_set, steady_summary, step_set
 
 JOB_MIN_STEPS = 3
 """Unprofiled steady steps a rank needs before their mean stands for the job (one or two steps
@@ -106,15 +106,17 @@ def device_bound_job(job: pd.DataFrame, recorded: pd.DataFrame, steps: Mapping[i
         window = t.iloc[sync[0] + 1: sync[-1] + 1] if len(sync) >= 2 else t.iloc[:0]
         if len(window) and float(window.mean()) >= dev * (1 - MISMATCH):
             new, clock, n = float(window.mean()), "sync", len(window)
-            first, last = int(df.loc[window.index, "step"].min()), int(df.loc[window.index, "step"].max())
-            how = f"the mean of {n} steps from sync to sync (steps {first}–{last}: {len(sync)} syncs)"
+            numbers = df.loc[window.index, "step"]
+            first, last = int(numbers.min()), int(numbers.max())
+            how = f"the mean of {n} steps from sync to sync (steps {step_set(numbers)}: {len(sync)} syncs)"
         else:
             new, clock, n = float(rows["step_ms"].mean()), "trace", len(rows)
-            first, last = int(rows["step"].min()), int(rows["step"].max())
+            numbers = rows["step"]
+            first, last = int(numbers.min()), int(numbers.max())
             how = (f"the recorded steps on the trace's GPU clock ({n} steps; "
                    f"{'no sync' if len(sync) < 2 else 'syncs'} among the unprofiled steps{'' if len(sync) < 2 else ' do not keep the GPU pace'})")
         out.loc[i, ["step_ms", "median_step_ms", "clock"]] = [new, float(window.median()) if clock == "sync" else float(rows["step_ms"].median()), clock]
-        out.loc[i, ["steps", "first_step", "last_step"]] = [n, first, last]
+        out.loc[i, ["steps", "first_step", "last_step", "step_set"]] = [n, first, last, step_set(numbers)]
         notes.append(f"rank {r}: the host's unprofiled steps average {host:.1f} ms but its GPU works {dev:.1f} ms per recorded "
                      f"step: the host ran ahead of the GPU (no sync each step), so the job's step is {new:.1f} ms, {how}")
     return out, notes
@@ -162,21 +164,53 @@ def correct_breakdown(breakdown: pd.DataFrame, job: pd.DataFrame, gpu: bool) -> 
     return out
 
 
-def correction_note(breakdown: pd.DataFrame, job: pd.DataFrame) -> str | None:
-    """One line when the recorded steps were not the job's (more than :data:`MISMATCH` apart),
-    else None: ``the profiled steps took 245.0 ms, the job's 150.3 ms (mean of 35 unprofiled
-    steps, GPU clock; 1.63×): shares and estimates are of the job's step``."""
+def job_step_set(job: pd.DataFrame) -> str:
+    """The steps the job's step is the mean of, over all ranks (their union; the ranks of a job
+    step together, so it is each rank's set): ``1–2, 6–9``."""
+    return step_set(n for text in job["step_set"] for n in parse_step_set(text))
+
+
+def job_words(job: pd.DataFrame) -> str:
+    """Which steps the job's step is the mean of, and on which clock, in the words every place
+    uses (the CLI's table title, ``summary.steps_covered``, ``dataloader_stall``, the app):
+    ``unprofiled steps 1–2, 6–9 (5 per rank, host clock)``; ``recorded steps 3–5 (…, the trace's
+    GPU clock)`` where the host ran ahead of the GPU (:func:`device_bound_job`)."""
+    counts = sorted({int(n) for n in job["steps"]})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    per = f"{n} per rank" if len(job) > 1 else f"{n} step{'s' if counts != [1] else ''}"
+    text = job_step_set(job)
+    one = "," not in text and "–" not in text
+    kind = "recorded" if set(job["clock"]) == {"trace"} else "unprofiled"
+    return f"{kind} step{'' if one else 's'} {text} ({per}, {clock_words(job)})"
+
+
+def capture_cost(breakdown: pd.DataFrame, job: pd.DataFrame) -> dict[str, float] | None:
+    """The profiled steps against the job's step, the one comparison every place states (the
+    CLI's capture line and note, ``summary.capture_overhead``, ``metrics.capture_overhead_ratio``,
+    the app): ``recorded_step_ms`` = the recorded steps' mean on the trace (``trace_step_ms``),
+    ``unprofiled_step_ms`` = the job's step, both means over the ranks set against the job, and
+    their ``ratio``. None where the job's step is not the unprofiled steps' (no ranks with enough
+    of them, or every rank's job step taken from the recorded steps)."""
     if breakdown.empty or job.empty or "trace_step_ms" not in breakdown or not breakdown["job"].any():
         return None
-    rec = float(breakdown.loc[breakdown["job"], "trace_step_ms"].mean())
-    j = float(breakdown.loc[breakdown["job"], "step_ms"].mean())
-    if j <= 0 or abs(rec / j - 1) <= MISMATCH:
+    if set(job["clock"]) == {"trace"}:  # the job's step is the recorded steps': nothing to set against
         return None
-    n = int(job["steps"].sum())
-    clock = clock_words(job)
-    kind = "recorded" if set(job["clock"]) == {"trace"} else "unprofiled"
-    return (f"the profiled steps took {rec:.1f} ms, the job's {j:.1f} ms (mean of {n} {kind} steps, {clock}; "
-            f"{rec / j:.2f}×): shares and estimates are of the job's step, device time from the trace")
+    rows = breakdown[breakdown["job"]]
+    rec, j = float(rows["trace_step_ms"].mean()), float(rows["step_ms"].mean())
+    if not j > 0:
+        return None
+    return {"recorded_step_ms": round(rec, 3), "unprofiled_step_ms": round(j, 3), "ratio": round(rec / j, 3)}
+
+
+def correction_note(breakdown: pd.DataFrame, job: pd.DataFrame) -> str | None:
+    """One line when the recorded steps were not the job's (more than :data:`MISMATCH` apart),
+    else None, with :func:`capture_cost`'s figures: ``the profiled steps took 245.0 ms, the job's
+    150.3 ms (1.63×): shares and estimates are of the job's step, device time from the trace``."""
+    cost = capture_cost(breakdown, job)
+    if cost is None or abs(cost["ratio"] - 1) <= MISMATCH:
+        return None
+    return (f"the profiled steps took {cost['recorded_step_ms']:.1f} ms, the job's {cost['unprofiled_step_ms']:.1f} ms "
+            f"({cost['ratio']:.2f}×): shares and estimates are of the job's step, device time from the trace")
 
 
 def clock_words(job: pd.DataFrame) -> str:

@@ -13,8 +13,9 @@ ended it) split into:
 - ``other``: reserved but not allocated (the caching allocator's free blocks: its cache and
   fragmentation).
 
-The five add up to the peak reserved bytes. On CPU there is no caching allocator: the model states
-are measured (or inferred) and activations and other are not measured (null, and ``note`` says so).
+The five add up to the peak reserved bytes. On CPU there is no caching allocator, and a GPU trace
+without steps CSVs or memory records has no peak: the model states are measured (or inferred) and
+activations and other are not measured (null, and ``note`` says so).
 Where the model states exceed the allocated peak (the peak came before gradients existed, or a
 sharded optimizer's state was counted whole), activations are 0 and ``note`` says so.
 """
@@ -101,9 +102,11 @@ def rank_categories(record: dict | None, steps: pd.DataFrame | None, model_field
         cats[name] = {"gib": _gib(states[name]), "bytes": _int(states[name]), "source": states_source}
     known = sum(v for v in states.values() if v is not None)
     if alloc is None:
-        cats["activations"] = {"gib": None, "bytes": None, "source": "not measured: no caching allocator (CPU)"}
-        cats["other"] = {"gib": None, "bytes": None, "source": "not measured: no caching allocator (CPU)"}
-        note = "; ".join(x for x in (note, "on CPU only the model states are measured: no allocator peak to split") if x)
+        # a CPU run has no caching allocator; a GPU trace without steps CSVs or memory records has no peak
+        missing = "not measured: no allocator peak in the run (a CPU run, or a trace without memory records)"
+        cats["activations"] = {"gib": None, "bytes": None, "source": missing}
+        cats["other"] = {"gib": None, "bytes": None, "source": missing}
+        note = "; ".join(x for x in (note, "only the model states are known: no allocator peak to split") if x)
     else:
         act = alloc - known
         if act < 0:

@@ -39,8 +39,8 @@ import pandas as pd
 
 from workbench.format.overhead import phases, row_times, steady_mask
 
-SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_ms", "median_step_ms", "data_wait_ms", "tokens",
-                   "clock"]
+SUMMARY_COLUMNS = ["rank", "steps", "first_step", "last_step", "step_set", "step_ms", "median_step_ms", "data_wait_ms",
+                   "tokens", "clock"]
 WARMUP_RATIO = 1.25
 """A leading steady step this much slower (its wait on data apart) than the median of the later
 ones is still warming up (run-to-run noise of steady steps on an H200: a few %)."""
@@ -79,7 +79,7 @@ def steady_steps(steps: pd.DataFrame, warmup: int | None = None) -> pd.DataFrame
 def steady_summary(steps: dict[int, pd.DataFrame | None] | None, min_steps: int = 1,
                    warmup: int | None = None) -> pd.DataFrame:
     """Per rank over its steady steps: ``rank``, ``steps`` (count), ``first_step``, ``last_step``,
-    ``step_ms`` (mean step time), ``median_step_ms``, ``data_wait_ms`` (mean, NaN if not written),
+    ``step_set`` (the steps themselves, :func:`step_set`: ``1–2, 6–9`` around a profiled window), ``step_ms`` (mean step time), ``median_step_ms``, ``data_wait_ms`` (mean, NaN if not written),
     ``tokens`` (mean per step, NaN if not written), ``clock`` (``gpu`` when the times are the
     GPU's). Ranks with fewer than ``min_steps`` steady steps are left out."""
     rows = []
@@ -99,6 +99,7 @@ def steady_summary(steps: dict[int, pd.DataFrame | None] | None, min_steps: int 
             s, t = s.iloc[n:], t.iloc[n:]
         rows.append({
             "rank": int(rank), "steps": len(s), "first_step": int(s["step"].min()), "last_step": int(s["step"].max()),
+            "step_set": step_set(s["step"]),
             "step_ms": float(t.mean()), "median_step_ms": float(t.median()),
             "data_wait_ms": float(s["data_wait_ms"].mean()) if "data_wait_ms" in s and s["data_wait_ms"].notna().any() else float("nan"),
             "tokens": float(s["tokens"].mean()) if "tokens" in s and s["tokens"].notna().any() else float("nan"),
@@ -118,6 +119,37 @@ def tokens_per_s(summary: pd.DataFrame) -> float | None:
     if not step or summary["tokens"].isna().all():
         return None
     return float(summary["tokens"].sum()) / (step / 1e3)
+
+
+def step_set(steps) -> str:
+    """Step numbers as runs: ``[1, 2, 6, 7, 8]`` → ``1–2, 6–8`` (a span ``1–8`` would hide that the
+    profiled steps 3–5 are not among them)."""
+    nums = sorted({int(s) for s in steps})
+    runs: list[list[int]] = []
+    for n in nums:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
+
+
+def parse_step_set(text: str) -> list[int]:
+    """The step numbers of :func:`step_set`'s text."""
+    out: list[int] = []
+    for part in str(text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, _, b = part.partition("–")
+        out.extend(range(int(a), int(b or a) + 1))
+    return out
+
+
+def steps_words(steps_text: str, profiled: bool) -> str:
+    """``unprofiled steps 1–2, 6–8`` / ``profiled step 4`` (``steps_text``: :func:`step_set`'s)."""
+    one = "," not in steps_text and "–" not in steps_text
+    return f"{'profiled' if profiled else 'unprofiled'} {'step' if one else 'steps'} {steps_text}"
 
 
 def steps_label(first: int, last: int, profiled: bool) -> str:

@@ -67,10 +67,11 @@ def _print(cmp: Comparison) -> None:
         con.print(line("[yellow]not like for like:[/] {}", m))
     if cmp.speedup_measured is not None:
         caveat = " — not a fix's speed-up: the runs differ in more than a change to the job (above)" if cmp.mismatches else ""
-        con.print(line("[bold]measured speed-up[/] (A step / B step, profiled steps): {}×{}", f"{cmp.speedup_measured:.2f}", caveat))
-    con.print("step_ms and the shares cover the profiled steps; steady_step_ms and tokens_per_s the steady "
-              "steps (step ≥ 1, not profiled); mfu_pct counts the model's FLOPs (torchtitan's convention per token: analyze's model.convention), "
-              "hfu_pct the FLOPs the trace executed, both of the job's step")
+        con.print(line("[bold]measured speed-up[/] (A's job step / B's): {}×{}", f"{cmp.speedup_measured:.2f}", caveat))
+    con.print("step_ms (= steady_step_ms) is each run's job step, the mean of its unprofiled steps (the steps "
+              "`workbench analyze` names); the shares are the profiled steps' set against it, trace_step_ms the "
+              "profiled steps' own; mfu_pct counts the model's FLOPs (torchtitan's convention per token: analyze's model.convention), hfu_pct the "
+              "FLOPs the trace executed, both of the job's step")
     for i in cmp.resolved:
         est = cmp.estimates.get(i)
         within = cmp.within_estimate(i)

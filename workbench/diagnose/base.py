@@ -71,6 +71,9 @@ class Context:
     say what it is (analysis.job.correct_breakdown: ``trace_step_ms`` holds the recorded step's
     length); the recorded steps themselves where they do not."""
     run_config: dict | None = None
+    job: Any = None
+    """analysis.job.job_steps (after device_bound_job): each rank's job step, its steps and clock;
+    None or empty where the steps CSVs do not say it (the breakdown is then the recorded steps')."""
     steps_warmup: int | None = None
     """The schedule's warm-up steps (manifest), for steps CSVs written before the profiler column."""
     ranks: dict[int, RankFrames] = field(default_factory=dict)

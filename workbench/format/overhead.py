@@ -13,8 +13,12 @@ of ``steps_rank{r}.csv`` (:data:`workbench.format.contract.STEP_COLUMNS`) and sa
   into the GPU time of the first step after the window (its start event was recorded before the
   export): that one row has no time (the host's figure never held the pause, but it is not the
   GPU's either when the host runs ahead);
-- :func:`capture_overhead`: medians of the recorded and of the unprofiled steady steps
-  (``step ≥ STEADY_FIRST_STEP``), their ratio, and the export pause as its own figure.
+- :func:`capture_overhead`: the launcher's record in the manifest (medians of the recorded and of
+  the unprofiled steady rows, ``step ≥ STEADY_FIRST_STEP``, their ratio) and the figures no
+  analysis recomputes differently: the profiler's warm-up steps, the export's pause, the hooks'
+  cost. The run's capture overhead as every command states it is ``workbench analyze``'s
+  (``summary.capture_overhead``: the profiled steps' mean against the job's step,
+  :func:`workbench.analysis.job.capture_cost`), which :func:`describe` puts in words.
 
 Pure Python (the launcher calls it to write the manifest; analysis calls it on DataFrame rows).
 """
@@ -138,13 +142,18 @@ def capture_overhead(rows_by_rank: Mapping[int, list[Row]], warmup: int | None =
     }
 
 
+CLOCK_NAMES = {"gpu": "GPU clock", "host": "host clock", "sync": "host clock, sync to sync"}
+
+
 def describe(o: Mapping[str, Any] | None) -> str | None:
-    """One line for the CLI: ``capture overhead: recorded steps 237.5 ms vs 146.2 ms unprofiled
-    (1.62×); trace export paused the job 2,480 ms once``."""
-    if not o:
+    """One line for the CLI from ``summary.capture_overhead`` of ``workbench analyze --json`` (the
+    profiled steps against the job's step, both means: the same figures as ``summary.note``):
+    ``capture overhead: profiled steps 237.5 ms vs the job's 146.2 ms (1.62×, means, GPU clock);
+    the trace export paused the job 2,480 ms once (outside every step)``."""
+    if not o or o.get("ratio") is None:
         return None
-    line = (f"capture overhead: recorded steps {o['recorded_step_ms']:.1f} ms vs {o['unprofiled_step_ms']:.1f} ms "
-            f"unprofiled ({o['ratio']:.2f}×, medians, {o['clock']} clock)")
+    line = (f"capture overhead: profiled steps {o['recorded_step_ms']:.1f} ms vs the job's {o['unprofiled_step_ms']:.1f} ms "
+            f"({o['ratio']:.2f}×, means, {CLOCK_NAMES.get(str(o.get('clock')), str(o.get('clock')) + ' clock')})")
     if o.get("export_ms"):
         line += f"; the trace export paused the job {o['export_ms']:,.0f} ms once (outside every step)"
     return line

@@ -8,7 +8,7 @@ the measured speed-up next to what A's diagnoses estimated.
       "json_schema": "workbench.compare/1",
       "a": {"path", "name", "verdict"}, "b": {"path", "name", "verdict"},
       "metrics": [{"metric", "a", "b", "delta", "delta_pct"}],   # Result.metrics of both
-      "speedup_measured": float|null,   # A step_ms / B step_ms, profiled steps (> 1: B is faster)
+      "speedup_measured": float|null,   # A step_ms / B step_ms, the job's steps (> 1: B is faster)
       "resolved": [{"id", "severity", "title", "estimated_speedup_max", "within_estimate"}],
                                         # in A at warning or above, absent or info in B
       "new": [{"id", "severity", "title"}],   # in B at warning or above, not so in A
@@ -17,12 +17,12 @@ the measured speed-up next to what A's diagnoses estimated.
                                         # model, the rank count, a partial run): the deltas and the
                                         # speed-up are then not a fix's; [] when they are
     }
-Which steps each number covers (workbench.pipeline.verdict's ``metrics``): ``step_ms``, the category
-shares and ``speedup_measured`` the profiled steps (the trace, as the diagnoses' estimates);
-``steady_step_ms`` and ``tokens_per_s`` the steady steps of the steps CSVs (step ≥ 1, not profiled:
-``workbench.analysis.throughput``), the throughput the case studies' RESULTS.md report. Counting
-step 0's start-up and the profiled steps would give 57,306 tokens/s against
-RESULTS.md's 139,452 for ``traces/case_gpu_2_preload_shm``.
+Which steps each number covers (workbench.pipeline.verdict's ``metrics``): ``step_ms`` (and
+``steady_step_ms``, the same figure) and ``speedup_measured`` the job's step, the mean of the
+unprofiled steady steps (step ≥ 1, not profiled: ``workbench.analysis.job``), the throughput the
+case studies' RESULTS.md report; the category shares the profiled steps set against it;
+``trace_step_ms`` the profiled steps' own. Counting step 0's start-up and the profiled steps would
+give 57,306 tokens/s against RESULTS.md's 139,452 for ``traces/case_gpu_2_preload_shm``.
 ``tokens_per_s`` is the script's own count (``record_metrics(tokens=…)``) where it wrote one, else
 the inferred model's tokens per step (workbench.analysis.model) over the steady step; ``mfu_pct``
 (the model's FLOPs, the field's MFU) and ``hfu_pct`` (the FLOPs the trace executed) are the job's

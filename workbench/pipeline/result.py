@@ -38,11 +38,13 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
           peak_allocated_gib, straggler_work_ratio, tokens_per_s, steady_step_ms, trace_step_ms,
           capture_overhead_ratio, mfu_pct, hfu_pct, expert_maxvio (a key is present where it was
           measured)
-          step_ms and the <category>_pct cover the profiled steps set against the job's step;
-          steady_step_ms and tokens_per_s the steady steps of the steps CSVs: step ≥ 1, not
-          profiled, step time gpu_step_ms where captured; tokens_per_s = the script's own tokens
-          per steady step (record_metrics) / steady_step_ms, else the inferred model's tokens per
-          step / the job's step (analysis.throughput)
+          step_ms is the job's step (summary.step_ms: the mean of the unprofiled steady steps
+          summary.steps_covered names, analysis.job), the <category>_pct the profiled steps set
+          against it; steady_step_ms is the same figure, present where the steps CSVs gave it
+          (absent where step_ms is the recorded steps'); trace_step_ms the profiled steps' own
+          mean; capture_overhead_ratio = trace_step_ms / step_ms (summary.capture_overhead);
+          tokens_per_s = the script's own tokens per job step (record_metrics) / step_ms, else the
+          inferred model's tokens per step / the job's step (analysis.throughput)
       "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
                        "calls_per_step", "bytes_per_step", "total_ms"}],
       "clock": {rank: {"offset_us", "source"}},

@@ -20,7 +20,7 @@ import pandas as pd
 from workbench.pipeline import bounds, reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
-from workbench.analysis.job import clock_words, correct_breakdown, correction_note, device_bound_job, job_steps
+from workbench.analysis.job import capture_cost, correct_breakdown, correction_note, device_bound_job, job_steps, job_words
 from workbench.analysis.kernel_classes import Efficiency, class_breakdown, unclassified
 from workbench.analysis.failure import run_failure
 from workbench.analysis.experts import ROUTED_EXPERTS, expert_load_json, not_recorded_note
@@ -32,7 +32,7 @@ from workbench.analysis.moe_time import moe_shares
 from workbench.analysis.model_run import run_model
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, CATEGORIES, rank_summary
-from workbench.analysis.throughput import step_time_ms, steady_step_ms, steady_summary, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
+from workbench.analysis.throughput import step_set, step_time_ms, steps_words, tokens_per_s  # noqa: F401 - step_time_ms: callers import it from here
 from workbench.diagnose import READS as RULE_READS, Context, Diagnosis, diagnose
 from workbench.diagnose.memory import memory_summaries
 from workbench.format.errors import WorkbenchError
@@ -125,11 +125,12 @@ class Analysis:
         if self.breakdown["rank"].nunique() > 1:
             sk = rank_skew(self.breakdown)
             out["straggler_work_ratio"] = float(sk["work_ratio"].max())
-        steady = steady_summary(ctx.steps, warmup=ctx.steps_warmup)
         tps = None
-        if not steady.empty:
-            out["steady_step_ms"] = steady_step_ms(steady)
-            tps = tokens_per_s(steady)  # the script's own count (record_metrics) wins
+        if self.job_known:
+            # the job's step, one figure: steady_step_ms is step_ms (kept as a key of its own for
+            # the readers that ask for it), both the mean of the same unprofiled steps
+            out["steady_step_ms"] = out["step_ms"]
+            tps = tokens_per_s(self.job)  # the script's own count (record_metrics) wins
         if tps is None:
             tps = model_tokens_per_s(self.model_json(), out.get("steady_step_ms") or out.get("step_ms"))
         if tps is not None:
@@ -231,15 +232,35 @@ class Analysis:
             return None
         return {"device_step_ms": round(dev, 3), "host_step_ms": round(host, 3), "ratio": round(dev / host, 2)}
 
+    @property
+    def job_known(self) -> bool:
+        """The steps CSVs gave the job's step (analysis.job), and the breakdown is set against it."""
+        return (self.job is not None and not self.job.empty and "job" in self.breakdown
+                and bool(self.breakdown["job"].any()))
+
     def capture_overhead(self) -> dict[str, Any] | None:
-        """What the capture cost this run (workbench.format.overhead): the manifest's, else computed from
-        the steps CSVs (runs whose manifest lacks it, bare directories with CSVs)."""
-        m = self.run.manifest.get("capture_overhead")
-        if isinstance(m, dict):
-            return m
+        """What the capture cost this run: the profiled steps (the trace's mean) against the job's
+        step (analysis.job.capture_cost: the one comparison the CLI, the note, ``metrics`` and the
+        app state), with the counts per rank, and from the steps CSVs (workbench.format.overhead)
+        the profiler's warm-up steps, the export's pause and the hooks' cost. None where the job's
+        step is not the unprofiled steps'."""
+        cost = capture_cost(self.breakdown, self.job) if self.job_known else None
+        if cost is None:
+            return None
         ctx = self.context
         rows = {r: df.to_dict("records") for r, df in (ctx.steps if ctx else {}).items() if df is not None and len(df)}
-        return capture_overhead(rows, warmup=ctx.steps_warmup) if rows else None
+        raw = capture_overhead(rows, warmup=ctx.steps_warmup) if rows else None
+        if raw is None and isinstance(self.run.manifest.get("capture_overhead"), dict):
+            raw = self.run.manifest["capture_overhead"]
+        raw = raw or {}
+        tb = self.trace_breakdown if self.trace_breakdown is not None else self.breakdown
+        clocks = set(self.job["clock"])
+        return {**cost,
+                "recorded_steps": int(tb.groupby("rank")["step"].nunique().max()) if not tb.empty else 0,
+                "unprofiled_steps": int(self.job["steps"].max()),
+                "warmup_step_ms": raw.get("warmup_step_ms"), "export_ms": raw.get("export_ms"),
+                "capture_ms_per_step": raw.get("capture_ms_per_step"),
+                "clock": next((k for k in ("gpu", "sync", "host") if k in clocks), "host")}
 
     def job_json(self) -> dict[str, Any]:
         """The summary's job keys: ``trace_step_ms`` (the recorded steps' own mean),
@@ -249,10 +270,9 @@ class Analysis:
         tb = self.trace_breakdown if self.trace_breakdown is not None else self.breakdown
         job = self.job if self.job is not None else pd.DataFrame()
         covered = "profiled steps (no unprofiled steps in the steps CSVs)"
-        if not job.empty and "job" in self.breakdown and self.breakdown["job"].any():
-            first, last = int(job["first_step"].min()), int(job["last_step"].max())
-            kind = "steps" if set(job["clock"]) == {"trace"} else "unprofiled steps"
-            covered = f"the job: {kind} {first}–{last} (mean, {clock_words(job)}); device time from profiled steps"
+        if self.job_known:
+            profiled = steps_words(step_set(tb["step"]), profiled=True) if not tb.empty else "the profiled steps"
+            covered = f"the job's step: the mean of {job_words(job)}; device time from {profiled}"
         return {
             "trace_step_ms": round(float(tb["step_ms"].mean()), 3) if not tb.empty else None,
             "steps_covered": covered,
@@ -380,7 +400,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
-    ctx = Context(breakdown=breakdown, run_config=config, ranks=ranks, steps=steps, steps_warmup=warmup,
+    ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
                   experts=experts)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)

@@ -90,7 +90,8 @@ class Loss:
     reason: str
     """does not fit | recomputation | compute | tensor-parallel communication | expert-parallel
     communication | pipeline bubble |
-    pipeline p2p | exposed data-parallel communication | optimizer | host."""
+    pipeline p2p | exposed data-parallel communication | optimizer | host | as fast, more memory
+    (a twin of the best, e.g. GPipe beside 1F1B: ties go to the layout that needs less memory)."""
     count: int
     example: str
     """The best layout (--layout spelling) that lost for this reason."""
@@ -208,8 +209,16 @@ COMPONENTS = (("recompute_s", "recomputation"), ("compute_s", "compute"), ("tp_c
               ("dp_exposed_s", "exposed data-parallel communication"), ("optimizer_s", "optimizer"), ("host_s", "host"))
 
 
+TIE = "as fast, more memory"
+"""The reason of a layout that takes as long as the best (to the half millisecond shown) and lost
+the tie on memory: no component of its time is worse, and saying "+0 ms of recomputation" of one
+that does not recompute would not be true."""
+TIE_S = 0.5e-3
+
+
 def _why(ev: Evaluated, best: Evaluated) -> tuple[str, float]:
-    """The component in which ``ev`` loses most to ``best`` (compute net of recomputation)."""
+    """The component in which ``ev`` loses most to ``best`` (compute net of recomputation), or
+    :data:`TIE` where it loses nothing that shows."""
     def parts(e: Evaluated) -> dict[str, float]:
         t = e.time
         d = {k: getattr(t, k) for k, _ in COMPONENTS}
@@ -217,6 +226,8 @@ def _why(ev: Evaluated, best: Evaluated) -> tuple[str, float]:
         return d
     a, b = parts(ev), parts(best)
     key = max(a, key=lambda k: a[k] - b[k])
+    if a[key] - b[key] < TIE_S or f"{(a[key] - b[key]) * 1e3:+.0f}" == "+0":  # what "+0 ms" would say
+        return TIE, ev.time.step_s - best.time.step_s
     return dict(COMPONENTS)[key], a[key] - b[key]
 
 
@@ -249,8 +260,10 @@ def plan(req: PlanRequest) -> Plan:
         for reason, items in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
             e, excess = min(items, key=lambda it: it[0].time.step_s)
             losses.append(Loss(reason=reason, count=len(items), example=e.layout.key(),
-                               detail=f"its best is {e.time.step_s / best.time.step_s:.2f}x the best step "
-                                      f"({excess * 1e3:+.0f} ms of {reason})"))
+                               detail=(f"its step is the best's ({e.time.step_s * 1e3:,.0f} ms) and it needs "
+                                       f"{(e.memory.total - best.memory.total) / 2**30:+.2f} GiB per GPU" if reason == TIE else
+                                       f"its best is {e.time.step_s / best.time.step_s:.2f}x the best step "
+                                       f"({excess * 1e3:+.0f} ms of {reason})")))
     return Plan(request=req, ranked=fit, given=given, losses=losses, searched=len(candidates), fitting=len(fit))
 
 

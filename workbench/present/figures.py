@@ -29,6 +29,10 @@ LANE_COLOURS = {"step": "#7f7f7f", "dataloader": CATEGORY_COLOURS["dataloader"],
 LANES = tuple(LANE_COLOURS)
 GIB = float(1 << 30)
 _MARGIN = dict(l=10, r=10, t=50, b=10)
+LEGEND = dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top", traceorder="normal")
+"""Every figure's legend: a column right of the plot, in the margin plotly reserves for it, so that
+it never lies over an axis title, the figure's title or the bars at any width (a row under the
+plot met the x axis' title once its items wrapped; a row above it met the title)."""
 
 
 def step_breakdown_bar(per_rank: pd.DataFrame, title: str = "Where each step goes, per rank") -> go.Figure:
@@ -47,8 +51,7 @@ def step_breakdown_bar(per_rank: pd.DataFrame, title: str = "Where each step goe
             hovertemplate=f"{c}: %{{x:.1f}} ms (%{{customdata:.0f}}%)<extra>%{{y}}</extra>",
         )
     fig.update_layout(barmode="stack", title=title, xaxis_title="ms per step (mean)", yaxis_autorange="reversed",
-                      legend=dict(orientation="h", traceorder="normal", y=1.0, yanchor="bottom", x=1.0, xanchor="right"),
-                      height=max(240, 110 + 40 * len(labels)), margin=dict(l=10, r=10, t=70, b=10))
+                      legend=LEGEND, height=max(240, 110 + 40 * len(labels)), margin=_MARGIN)
     return fig
 
 
@@ -66,7 +69,7 @@ def step_time_lines(breakdown: pd.DataFrame, title: str = "Step time and its Dat
                             name=f"rank {int(rank)} dataloader", marker_color=CATEGORY_COLOURS["dataloader"],
                             hovertemplate="step %{x}: %{y:.1f} ms waiting on data<extra>rank " + str(int(rank)) + "</extra>")
     fig.update_layout(title=title, xaxis_title="profiled step", yaxis_title="ms", yaxis_rangemode="tozero",
-                      height=320, margin=_MARGIN, legend_orientation="h", legend_y=-0.3)
+                      height=320, margin=_MARGIN, legend=LEGEND)
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -183,7 +186,7 @@ def timeline(lanes: pd.DataFrame, t0_us: float, title: str = "Timeline: what eac
         )
     fig.update_layout(title=title, barmode="overlay", bargap=0.25, xaxis_title="ms since the first profiled step",
                       yaxis=dict(categoryorder="array", categoryarray=rows, autorange="reversed"),
-                      height=max(260, 90 + 32 * len(rows)), margin=_MARGIN, legend_orientation="h", legend_y=-0.2)
+                      height=max(260, 90 + 32 * len(rows)), margin=_MARGIN, legend=LEGEND)
     return fig
 
 
@@ -228,7 +231,7 @@ def utilisation(nvml: dict[int, pd.DataFrame], steps: dict[int, pd.DataFrame] | 
             break
     fig.update_xaxes(title_text="s since the first sample (shaded: profiled steps)", row=len(panels), col=1)
     fig.update_layout(title=title or ("GPU samples (NVML)" if gpu else "CPU samples (no GPU: psutil fallback)"),
-                      height=170 * len(panels) + 80, margin=_MARGIN, legend_orientation="h", legend_y=-0.08)
+                      height=170 * len(panels) + 80, margin=_MARGIN, legend=LEGEND)
     return fig
 
 
@@ -247,7 +250,7 @@ def collective_bytes_bar(inventory: pd.DataFrame, title: str = "Collective bytes
                     customdata=np.stack([g["calls_per_step"].astype(float), g["total_ms"].astype(float)], axis=1),
                     hovertemplate=key + ": %{y:.2f} MiB/step, %{customdata[0]:.1f} calls/step, %{customdata[1]:.1f} ms total<extra>%{x}</extra>")
     fig.update_layout(title=title, barmode="stack", yaxis_title="MiB per step", height=320, margin=_MARGIN,
-                      legend_orientation="h", legend_y=-0.2)
+                      legend=LEGEND)
     return fig
 
 
@@ -262,7 +265,7 @@ def comm_overlap_bar(overlap: pd.DataFrame, title: str = "Communication per step
     fig.add_bar(name="exposed", x=x, y=overlap["exposed_ms"], marker_color=CATEGORY_COLOURS["communication"],
                 customdata=overlap["exposed_pct"], hovertemplate="exposed %{y:.1f} ms (%{customdata:.0f}% of the step)<extra>%{x}</extra>")
     fig.update_layout(title=title, barmode="stack", yaxis_title="ms", xaxis_title="rank, step", height=320,
-                      margin=_MARGIN, legend_orientation="h", legend_y=-0.3)
+                      margin=_MARGIN, legend=LEGEND)
     return fig
 
 
@@ -290,7 +293,7 @@ def memory_lines(memory: pd.DataFrame, capacity_bytes: int | None = None, t0_us:
         fig.add_hline(y=capacity_bytes / GIB, line_color="red", line_dash="dash",
                       annotation_text=f"capacity {capacity_bytes / GIB:.0f} GiB")
     fig.update_layout(title=title, xaxis_title="ms since the first profiled step", yaxis_title="GiB", yaxis_rangemode="tozero",
-                      height=340, margin=_MARGIN, legend_orientation="h", legend_y=-0.25)
+                      height=340, margin=_MARGIN, legend=LEGEND)
     return fig
 
 
@@ -314,7 +317,7 @@ def zero_what_if(table: pd.DataFrame, capacity_bytes: int | None = None,
     if capacity_bytes:
         fig.add_hline(y=capacity_bytes / GIB, line_color="red", line_dash="dash", annotation_text="capacity")
     fig.update_layout(title=title, barmode="stack", yaxis_title="GiB per GPU", height=360, margin=_MARGIN,
-                      legend_orientation="h", legend_y=-0.2)
+                      legend=LEGEND)
     return fig
 
 
@@ -339,7 +342,7 @@ def memory_categories_bar(memory: dict, capacity_gib: float | None = None,
     if capacity_gib:
         fig.add_hline(y=capacity_gib, line_color="red", line_dash="dash", annotation_text="capacity")
     fig.update_layout(title=title, barmode="stack", yaxis_title="GiB", height=360, margin=_MARGIN,
-                      legend_orientation="h", legend_y=-0.2)
+                      legend=LEGEND)
     return fig
 
 
@@ -390,7 +393,7 @@ def mfu_per_step(per_step: pd.DataFrame, title: str = "MFU per profiled step") -
             fig.add_scatter(x=g["step"], y=g["hfu_pct"], mode="lines+markers", line_dash="dash", name=f"{tag} HFU",
                             hovertemplate="step %{x}: HFU %{y:.1f}%<extra>" + tag + "</extra>")
     fig.update_layout(title=title, xaxis_title="profiled step", yaxis_title="MFU (%)", yaxis_rangemode="tozero",
-                      height=320, margin=_MARGIN, legend_orientation="h", legend_y=-0.3)
+                      height=320, margin=_MARGIN, legend=LEGEND)
     fig.update_xaxes(dtick=1)
     return fig
 

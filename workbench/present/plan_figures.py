@@ -8,6 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.plan.report import short_key
+from workbench.present.figures import LEGEND
 
 MEMORY_PARTS = (("weights_gib", "weights", "#1f77b4"), ("gradients_gib", "gradients", "#ff7f0e"),
                 ("optimizer_gib", "optimizer state", "#2ca02c"), ("activations_gib", "activations", "#d62728"),
@@ -33,9 +34,9 @@ def memory_bars(doc: dict, title: str = "Memory per GPU (GiB), at its peak") -> 
         fig.add_bar(y=labels, x=[p["memory"][key] for p in plans], name=name, orientation="h", marker_color=colour,
                     hovertemplate=f"{name}: %{{x:.2f}} GiB<extra>%{{y}}</extra>")
     usable = doc["cluster"]["usable_memory_gib"]
-    fig.add_vline(x=usable, line_dash="dash", line_color="red", annotation_text=f"usable {usable:.0f} GiB")
+    fig.add_vline(x=usable, line_dash="dash", line_color="red", annotation_text=f"usable {usable:.1f} GiB")
     fig.update_layout(barmode="stack", title=title, xaxis_title="GiB per GPU", yaxis_autorange="reversed",
-                      margin=_MARGIN, legend_orientation="h")
+                      margin=_MARGIN, legend=LEGEND)
     return fig
 
 
@@ -53,5 +54,5 @@ def step_split_bars(doc: dict, title: str = "Predicted step time, split (ms)") -
         fig.add_bar(y=labels, x=xs, name=name, orientation="h", marker_color=colour,
                     hovertemplate=f"{name}: %{{x:,.1f}} ms<extra>%{{y}}</extra>")
     fig.update_layout(barmode="stack", title=title, xaxis_title="ms per optimizer step", yaxis_autorange="reversed",
-                      margin=_MARGIN, legend_orientation="h")
+                      margin=_MARGIN, legend=LEGEND)
     return fig

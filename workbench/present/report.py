@@ -87,6 +87,7 @@ def render(analysed) -> str:
     peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
     if h.peak_memory_bytes and h.capacity_bytes:
         peak += f" of {h.capacity_bytes / 2**30:.0f} GiB"
+    said = result.summary.note or h.capture_line  # the note says the capture's figures when it is printed
     parts = [
         f"<h1>{e(run.name)}</h1>",
         f'<p class="sub">{run.world_size} rank(s) · {e(run.device_name or "unknown device")} · '
@@ -97,6 +98,9 @@ def render(analysed) -> str:
         + kpi("GPU busy" if run.has_gpu else "CPU busy (no GPU)", fmt(h.gpu_busy_pct, "%", 0))
         + kpi("MFU", fmt(h.mfu_pct, "%")) + kpi("Exposed comm", fmt(h.exposed_comm_pct, "%", 0))
         + kpi(f"Peak memory ({h.memory_kind})", peak) + "</div>",
+        # the CLI's and the app's words: which steps the step time is the mean of, what the capture cost
+        (f'<p class="sub">Step time is {e(h.step_words)}.' + (f" {e(said[:1].upper() + said[1:])}." if said else "")
+         + "</p>" if h.step_words else ""),
         "<h2>Diagnoses</h2>",
     ]
     for w in run.warnings:

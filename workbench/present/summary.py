@@ -13,9 +13,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from workbench.analysis import frames
+from workbench.analysis.steps import CATEGORIES
+from workbench.format.overhead import describe
 from workbench.hardware.peaks import device_peak
 from workbench.pipeline.result import Result
 from workbench.pipeline.verdict import Analysis
+from workbench.present.tables import rounded
 
 
 @dataclass(slots=True)
@@ -33,6 +36,11 @@ class Headline:
     capacity_bytes: int | None
     memory_kind: str
     """"GPU allocated" or "host RSS"."""
+    step_words: str = ""
+    """Which steps ``step_ms`` is the mean of, in the words of ``summary.steps_covered`` (the CLI's
+    table title): the job's step, one definition everywhere."""
+    capture_line: str | None = None
+    """What the capture cost, the CLI's line (workbench.format.overhead.describe), or None."""
 
 
 def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
@@ -46,7 +54,7 @@ def peak_memory(analysis: Analysis) -> tuple[dict[int, int], str]:
             out[r] = int(mem["peak_allocated_bytes"])
         elif d.steps is not None and "max_mem_allocated_bytes" in d.steps and d.steps["max_mem_allocated_bytes"].notna().any():
             out[r] = int(d.steps["max_mem_allocated_bytes"].max())
-    if out:
+    if out or run.has_gpu:  # a GPU run that recorded no allocator figures: its host's RSS is not its memory
         return out, "GPU allocated"
     for r, d in run.ranks.items():
         for f in (d.steps, d.nvml):
@@ -62,9 +70,13 @@ def mfu_pct(result: Result) -> float | None:
 
 
 def evidence_text(value) -> str:
-    """An evidence value as ``--json`` prints it (``4.3``, ``{"0": 12.5}``; never ``np.float64(4.3)``)."""
+    """An evidence value as ``--json`` prints it (``4.3``, ``{"0": 12.5}``; never ``np.float64(4.3)``),
+    a lone float to three significant digits (``0.9388`` reads 0.939: no figure of a rule is that exact)."""
     import json
 
+    if isinstance(value, float) and math.isfinite(value) and value != 0 and not value.is_integer():
+        digits = max(0, 2 - math.floor(math.log10(abs(value))))
+        return f"{value:.{digits}f}" if abs(value) < 1e15 else json.dumps(value)
     return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
 
 
@@ -83,15 +95,25 @@ def headline(result: Result, analysis: Analysis) -> Headline:
         peak_memory_bytes=int(peak * 2**30) if peak else (max(peaks.values()) if peaks else None),
         capacity_bytes=analysis.run.device_memory_bytes if kind == "GPU allocated" else None,
         memory_kind=kind,
+        step_words=result.summary.steps_covered or "",
+        capture_line=describe(result.summary.capture_overhead),
     )
 
 
 def per_rank_table(analysis: Analysis) -> pd.DataFrame:
-    """analysis.per_rank (ms and % per category) plus each rank's peak memory (GiB)."""
-    t = analysis.per_rank.copy()
+    """Each rank's profiled steps, its step (the job's, as ``summary.step_ms``) and the ms of every
+    category some rank spends time in (analysis.per_rank; the shares are the Overview's bars), plus
+    its peak memory (GiB): few enough columns for a 1280-pixel window, rounded
+    (present.tables.rounded)."""
+    t = analysis.per_rank
     peaks, kind = peak_memory(analysis)
-    t[f"peak {kind} (GiB)"] = [peaks.get(int(r), math.nan) / 2**30 for r in t["rank"]]
-    return t.round(2)
+    out = pd.DataFrame({"rank": t["rank"].astype(int), "profiled steps": t["steps"].astype(int),
+                        "step (ms)": t["step_ms"]})
+    for c in CATEGORIES:
+        if f"{c}_ms" in t and (t[f"{c}_ms"] > 0).any():
+            out[f"{c} (ms)"] = t[f"{c}_ms"]
+    out[f"peak {'GPU' if kind == 'GPU allocated' else 'RSS'} (GiB)"] = [peaks.get(int(r), math.nan) / 2**30 for r in t["rank"]]
+    return rounded(out)
 
 
 def time_range(analysis: Analysis, ranks: list[int] | None) -> dict | None:

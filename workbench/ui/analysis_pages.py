@@ -9,8 +9,9 @@ from workbench.analysis import frames
 from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
 from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, memory_categories_bar, memory_lines,
                                        utilisation, zero_what_if)
-from workbench.ui import state
+from workbench.ui import state, widgets
 from workbench.present import summary
+from workbench.present.tables import memory_unit, rounded
 from workbench.ui.registry import page
 
 GIB = 2**30
@@ -28,19 +29,24 @@ def utilisation_page() -> None:
         return
     steps = {r: d.steps for r, d in analysis.run.ranks.items()}
     st.plotly_chart(utilisation(nvml, steps), width="stretch")
-    cols = [c for c in ("gpu_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "cpu_util_pct", "proc_cpu_pct", "rss_bytes")]
+    # one row per rank and quantity: as many columns at 1 rank as at 1,000
     rows = []
     for r, f in sorted(nvml.items()):
-        row = {"rank": r, "source": str(f["source"].iloc[0]), "samples": len(f)}
-        for c in cols:
+        for c in ("gpu_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "cpu_util_pct", "proc_cpu_pct", "rss_bytes"):
             v = pd.to_numeric(f[c], errors="coerce") if c in f else pd.Series(dtype=float)
             if v.notna().any():
                 scale = 1 / GIB if c.endswith("_bytes") else 1
-                name = c.replace("_bytes", " (GiB)")
-                row[f"{name} mean"] = round(float(v.mean()) * scale, 2)
-                row[f"{name} max"] = round(float(v.max()) * scale, 2)
-        rows.append(row)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+                rows.append({"rank": r, "quantity": UTILISATION_NAMES[c], "mean": float(v.mean()) * scale,
+                             "max": float(v.max()) * scale, "samples": int(v.notna().sum()), "source": str(f["source"].iloc[0])})
+    table = pd.DataFrame(rows)
+    for c in ("mean", "max"):  # GiB to 0.01, the rest (%, W, MHz) to 0.1
+        table[c] = [round(v, 2 if "GiB" in q else 1) for v, q in zip(table[c], table["quantity"])]
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+UTILISATION_NAMES = {"gpu_util_pct": "GPU utilisation (%)", "mem_used_bytes": "GPU memory used (GiB)", "power_w": "power (W)",
+                     "sm_clock_mhz": "SM clock (MHz)", "cpu_util_pct": "machine CPU (%)",
+                     "proc_cpu_pct": "rank process CPU (%, 100 = 1 core)", "rss_bytes": "resident memory (GiB)"}
 
 
 MEMORY_RANKS = 8  # ranks whose memory samples the Memory page draws (each one's trace is read)
@@ -50,7 +56,7 @@ MEMORY_RANKS = 8  # ranks whose memory samples the Memory page draws (each one's
 def communication_page() -> None:
     path, analysis = state.selected_analysis()
     st.title("Communication")
-    if analysis is None:
+    if analysis is None or widgets.no_trace(analysis):
         return
     # per-rank frames of the analysis (computed next to each trace)
     inv = pd.concat([f.assign(rank=r) for r, f in analysis.per_rank_frames(frames.INVENTORY).items()], ignore_index=True)
@@ -60,11 +66,11 @@ def communication_page() -> None:
     else:
         st.subheader("Collective inventory")
         st.plotly_chart(collective_bytes_bar(inv), width="stretch")
-        st.dataframe(inv, hide_index=True, width="stretch")
+        st.dataframe(rounded(inv), hide_index=True, width="stretch")
     if not ov.empty:
         st.subheader("Overlap with compute, per rank")
         st.plotly_chart(comm_overlap_bar(ov), width="stretch")
-        per_rank = ov.groupby("rank")[["step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]].mean().round(2)
+        per_rank = rounded(ov.groupby("rank")[["step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]].mean())
         st.caption("Mean per profiled step; exposed_pct is the exposed share of the step.")
         st.dataframe(per_rank.reset_index(), hide_index=True, width="stretch")
 
@@ -89,10 +95,14 @@ def memory_page() -> None:
         st.subheader("By category")
         gpu_cap = run.device_memory_bytes
         st.plotly_chart(memory_categories_bar(by_category, gpu_cap / GIB if gpu_cap else None), width="stretch")
-        st.dataframe(pd.DataFrame([{"category": k, "GiB": v.get("gib"), "source": v.get("source")}
-                                   for k, v in by_category["by_category"].items()]), hide_index=True, width="stretch")
+        cats = by_category["by_category"]
+        unit, size = memory_unit([(v.get("gib") or 0) * GIB for v in cats.values()])
+        st.dataframe(pd.DataFrame([{"category": k, unit: None if v.get("gib") is None else round(v["gib"] * GIB / size, 2),
+                                    "source": v.get("source")} for k, v in cats.items()]), hide_index=True, width="stretch")
         if by_category.get("note"):
             st.caption(by_category["note"])
+    if widgets.no_trace(analysis):  # the categories above come from the run's records; the rest is the trace's
+        return
     frames, t0, act = [], None, 0
     ranks = sorted(run.rank_info)
     if len(ranks) > MEMORY_RANKS:
@@ -131,6 +141,8 @@ def memory_page() -> None:
         return
     table = summary.model_states_table(n_params, dps=sorted(dps), activations_bytes=int(act_gib * GIB), states_fn=zero_model_states_bytes)
     st.plotly_chart(zero_what_if(table, cap), width="stretch")
-    shown = table.assign(**{"total (GiB)": (table["total_bytes"] / GIB).round(2),
+    unit, size = memory_unit(table["total_bytes"])  # a small model's 0.003 GiB is 3 MiB, not "0"
+    total = f"total ({unit})"
+    shown = table.assign(**{total: (table["total_bytes"] / size).round(2),
                             "fits": ["yes" if not cap or t <= cap else "no" for t in table["total_bytes"]]})
-    st.dataframe(shown[["stage", "dp", "total (GiB)", "fits"]], hide_index=True, width="stretch")
+    st.dataframe(shown[["stage", "dp", total, "fits"]], hide_index=True, width="stretch")

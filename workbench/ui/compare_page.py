@@ -6,6 +6,7 @@ import streamlit as st
 
 from workbench.pipeline.compare import compare_runs, default_pair
 from workbench.present.figures import compare_bars, step_breakdown_bar
+from workbench.present.tables import decimals_for, rounded
 from workbench.ui import state, widgets
 from workbench.ui.registry import page
 
@@ -32,14 +33,25 @@ def compare_page() -> None:
         with col:
             st.markdown(f"**{name}**")
             widgets.verdict(an.result)
-            st.plotly_chart(step_breakdown_bar(an.analysis().per_rank, title=f"{name}: ms per step"), width="stretch")
+            per_rank = an.analysis().per_rank
+            if per_rank.empty:  # a run that failed before its trace: no step to draw
+                st.caption("No profiled step to draw: the job ended before the profiler wrote a trace.")
+            else:
+                st.plotly_chart(step_breakdown_bar(per_rank, title=f"{name}: ms per step"), width="stretch")
     cmp = compare_runs(a.result, b.result)
     st.subheader("Deltas (B − A)")
     speedup = getattr(cmp, "speedup_measured", None)
     if speedup:
-        st.metric("Measured speed-up (A step time / B step time)", f"{speedup:.2f}×")
-    st.plotly_chart(compare_bars(cmp.metrics), width="stretch")
-    st.dataframe(cmp.metrics, hide_index=True, width="stretch")
+        st.metric("Measured speed-up (A's job step / B's)", f"{speedup:.2f}×")
+    for m in cmp.mismatches:
+        st.warning(f"Not like for like: {m}")
+    if cmp.metrics["delta_pct"].notna().any():
+        st.plotly_chart(compare_bars(cmp.metrics), width="stretch")
+    else:
+        st.caption("No metric was measured in both runs: nothing to set side by side.")
+    st.caption("step_ms (= steady_step_ms) is each run's job step, the mean of its unprofiled steps (Overview names "
+               "them); the shares are its profiled steps' set against it; trace_step_ms the profiled steps' own.")
+    st.dataframe(_metrics_table(cmp.metrics), hide_index=True, width="stretch")
     r1, r2 = st.columns(2)
     with r1:
         st.markdown("**Resolved in B**")
@@ -47,18 +59,28 @@ def compare_page() -> None:
             est = (getattr(cmp, "estimates", {}) or {}).get(_id(d))
             ok = cmp.within_estimate(_id(d)) if hasattr(cmp, "within_estimate") else None
             note = "" if est is None else f" — estimated ≤ {est}×" + ("" if ok is None else (", measured within it" if ok else ", measured beyond it"))
-            st.markdown(f"✅ `{_id(d)}`{note}")
+            st.markdown(f":green[■] `{_id(d)}`{note}")  # text, not emoji: renders without emoji fonts
         if not cmp.resolved:
             st.caption("none")
     with r2:
         st.markdown("**New in B**")
         for d in cmp.new:
-            st.markdown(f"🆕 `{_id(d)}`")
+            st.markdown(f":red[■] `{_id(d)}`")
         if not cmp.new:
             st.caption("none")
     if getattr(cmp, "persisting", None):
         st.markdown("**Still present in both:** " + ", ".join(f"`{_id(d)}`" for d in cmp.persisting))
     st.download_button("Comparison (JSON)", data=_json(cmp), file_name=f"compare-{a_name}-{b_name}.json", mime="application/json")
+
+
+def _metrics_table(metrics):
+    """The deltas as a person reads them: each figure rounded to its unit (present.tables), the
+    change in % to 0.1, blank where a metric has no value or no base."""
+    t = rounded(metrics.rename(columns={"delta_pct": "change (%)"}))
+    for c in ("a", "b", "delta"):  # one row per metric, each its own unit: round row by row
+        t[c] = [None if v is None or v != v else round(float(v), decimals_for(name, metrics[c].iloc[[i]]))
+                for i, (name, v) in enumerate(zip(metrics["metric"], metrics[c]))]
+    return t
 
 
 def _id(d) -> str:

@@ -14,6 +14,7 @@ from workbench.pipeline.result import ModelInfo
 from workbench.present.figures import kernel_class_bar, mfu_per_step
 from workbench.ui import state, widgets
 from workbench.present import summary
+from workbench.present.tables import rounded
 from workbench.diagnose.registry import group_ids
 from workbench.ui.registry import page
 
@@ -35,6 +36,8 @@ def model_table(model: ModelInfo) -> pd.DataFrame:
             v = ", ".join(f"{k} {x}" for k, x in v.items())
         elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
             v = f"{v:,}"
+        elif isinstance(v, float):
+            v = summary.evidence_text(v)  # three significant digits
         rows.append({"field": name, "value": str(v), "confidence": f["confidence"], "source": f["source"]})
     return pd.DataFrame(rows, columns=["field", "value", "confidence", "source"])
 
@@ -45,7 +48,7 @@ def model_section(model: ModelInfo, tokens_per_s: float | None) -> None:
         st.caption("No model could be inferred: the trace has no shapes (record_shapes) or no step.")
         return
     st.markdown(f"**{model.kind}**" + (f" · {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""))
-    st.dataframe(model_table(model), hide_index=True, width="stretch")
+    widgets.static_table(model_table(model).set_index("field"))  # static: each field's source wraps whole
 
 
 def convention_section(eff) -> None:
@@ -107,9 +110,11 @@ def efficiency_page() -> None:
                         "attention halved), each dtype at its dense peak ÷ the job's step")
     cols[2].metric("MFU vs bf16 peak", _num(eff.mfu_bf16_pct, "%"), help="the same FLOPs against the bf16 dense peak: "
                    "what trainers that take one peak print (nanoGPT)")
-    cols[3].metric("FLOPs per step", _num(eff.flops_per_step / 1e12, " TFLOP", 2),
+    # units in the labels: a fifth of a 1280-pixel window holds "37.6", not "37.64 TFLOP"
+    cols[3].metric("TFLOP per step", _num(eff.flops_per_step / 1e12, "", 1),
                    help="executed FLOPs per step and device, counted from the GEMM, convolution and attention ops' shapes")
-    cols[4].metric("Achieved", _num(eff.achieved_tflops, " TFLOP/s"), help="those FLOPs ÷ step time (the GPU's clock)")
+    cols[4].metric("TFLOP/s achieved", _num(eff.achieved_tflops, ""),
+                   help="those FLOPs ÷ the job's step (" + (result.summary.steps_covered or "the profiled steps") + ")")
     st.caption(("MFU counts " + (eff.mfu_convention or "") + "; HFU the FLOPs the trace executed.") if model_mfu
                else "MFU = HFU here: " + (eff.mfu_convention or "the trace's executed FLOPs") + ".")
     if eff.mfu_note:
@@ -135,14 +140,14 @@ def efficiency_page() -> None:
     st.plotly_chart(kernel_class_bar(classes), width="stretch")
     st.caption("% of roofline: compute classes against the dense peak of the dtype they ran in; device-to-device copies "
                "and memsets against HBM bandwidth. Blank where the trace gives neither FLOPs nor bytes.")
-    st.dataframe(classes.round(2), hide_index=True, width="stretch")
+    widgets.static_table(rounded(classes).set_index("class"))  # static tables: long names wrap to the window
 
     st.subheader("Top kernels")
     frames = analysis.efficiency_frames()
     kernels = pd.concat([e.kernels for e in frames.values() if not e.kernels.empty], ignore_index=True)
-    st.dataframe(summary.top_kernels(kernels, result.run.device, TOP_KERNELS).round(2), hide_index=True, width="stretch")
+    widgets.static_table(rounded(summary.top_kernels(kernels, result.run.device, TOP_KERNELS)).set_index("kernel"))
     st.subheader("Unclassified kernels (`other`)")
     if eff.other_kernels:
-        st.dataframe(pd.DataFrame(list(eff.other_kernels)), hide_index=True, width="stretch")
+        widgets.static_table(rounded(pd.DataFrame(list(eff.other_kernels))).set_index("name"))
     else:
         st.caption("None: every GPU kernel of this run fell into a named class.")

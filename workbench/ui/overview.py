@@ -11,6 +11,12 @@ from workbench.present import summary
 from workbench.ui.registry import page
 
 
+def _gib(n_bytes: float) -> str:
+    """Three significant digits, so that a fifth of a 1280-pixel window holds it: 0.38, 25.4, 120 GiB."""
+    v = n_bytes / 2**30
+    return f"{v:.{2 if v < 10 else 1 if v < 100 else 0}f} GiB"
+
+
 def _fmt(v: float | None, unit: str, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}{unit}"
 
@@ -27,7 +33,7 @@ def overview_page() -> None:
         st.warning(w)
     h = summary.headline(result, analysis)
     cols = st.columns(5)
-    cols[0].metric("Step time", _fmt(h.step_ms, " ms"), help="mean over ranks and profiled steps")
+    cols[0].metric("Step time", _fmt(h.step_ms, " ms"), help=h.step_words or "the job's step")
     gpu = analysis.run.has_gpu
     cols[1].metric("GPU busy" if gpu else "CPU busy (no GPU)", _fmt(h.gpu_busy_pct, "%", 0),
                    help="share of the step the GPU runs kernels or copies" if gpu else
@@ -37,19 +43,29 @@ def overview_page() -> None:
                    "dense peak ÷ the job's step; the trace's executed FLOPs where the model cannot be inferred (Efficiency "
                    "page: MFU and HFU)")
     cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")
-    peak = "—" if h.peak_memory_bytes is None else f"{h.peak_memory_bytes / 2**30:.2f} GiB"
-    if h.peak_memory_bytes and h.capacity_bytes:
-        peak += f" / {h.capacity_bytes / 2**30:.0f}"
-    cols[4].metric(f"Peak memory ({h.memory_kind})", peak,
-                   delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of capacity" if h.peak_memory_bytes and h.capacity_bytes else None,
-                   delta_color="off")
+    # the kind of memory in the help, the capacity in the delta: a 1280-pixel window keeps both whole
+    cols[4].metric("Peak memory", "—" if h.peak_memory_bytes is None else _gib(h.peak_memory_bytes),
+                   delta=f"{100 * h.peak_memory_bytes / h.capacity_bytes:.0f}% of {h.capacity_bytes / 2**30:.0f} GiB"
+                   if h.peak_memory_bytes and h.capacity_bytes else None,
+                   delta_color="off", help=f"{h.memory_kind}: the highest of any rank")
+    # the CLI's words: which steps the step time is the mean of, and what the capture cost (the
+    # note says it with the same figures when the profiled steps were not the job's)
+    said = result.summary.note or h.capture_line
+    if h.step_words:
+        st.caption(f"Step time is {h.step_words}." + (f" {said[0].upper()}{said[1:]}." if said else ""))
     tps = result.metrics.tokens_per_s
+    steps_from = analysis.run.manifest.get("steps_from")
     st.caption((f"{tps:,.0f} tokens/s · " if tps else "") + f"{analysis.run.world_size} rank(s) · {analysis.run.device_name or 'unknown device'} · "
-               f"{analysis.breakdown['step'].nunique()} profiled step(s) · steps from {analysis.run.manifest.get('steps_from') or 'unknown'} · "
-               f"status {analysis.run.manifest.get('status', 'bare')}")
-    st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
+               f"{analysis.breakdown['step'].nunique()} profiled step(s)" + (f" · steps from {steps_from}" if steps_from else "")
+               + f" · status {analysis.run.manifest.get('status', 'bare')}")
+    traced = not analysis.breakdown.empty
+    if traced:
+        st.plotly_chart(step_breakdown_bar(analysis.per_rank), width="stretch")
     st.subheader("Diagnoses")
     widgets.diagnosis_cards(analysed)
+    if not traced:
+        widgets.no_trace(analysis) or st.info("No profiled step in the traces: nothing of the steps to draw.")
+        return
     st.plotly_chart(step_time_lines(analysis.breakdown), width="stretch")
     st.subheader("Per rank")
     st.dataframe(summary.per_rank_table(analysis), hide_index=True, width="stretch")
@@ -68,9 +84,12 @@ def diagnoses_page() -> None:
 
 @page("Timeline", url_path="timeline", section="Run", order=20)
 def timeline_page() -> None:
-    path, analysis = state.selected_analysis()
+    path, analysed = state.selected()
     st.title("Timeline")
-    if analysis is None:
+    if analysed is None:
+        return
+    analysis = analysed.analysis()
+    if widgets.no_trace(analysis):
         return
     ranks = sorted(analysis.run.rank_info)
     c1, c2, c3 = st.columns([2, 2, 1])
@@ -97,3 +116,8 @@ def timeline_page() -> None:
     st.caption(f"{events:,} trace events drawn as {len(lanes):,} bars: nested events collapse into the outermost one "
                "and events closer than 1/4 of a bar's width merge (hover shows how many). Zoom to a step for detail; "
                "drag on the chart to zoom further.")
+    s = analysed.result.summary
+    if s.trace_step_ms and s.step_ms and s.steps_covered.startswith("the job"):
+        # the one step figure is the job's: say why these steps are longer or shorter
+        st.caption(f"These are the profiled steps as the trace recorded them, {s.trace_step_ms:.1f} ms each on average; "
+                   f"the job's step is {s.step_ms:.1f} ms (Overview: {s.steps_covered}).")

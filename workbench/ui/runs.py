@@ -8,7 +8,7 @@ import streamlit as st
 from workbench.ui import uploads
 from workbench.format.errors import WorkbenchError
 from workbench.format.kineto import trace_files
-from workbench.ui import state
+from workbench.ui import state, widgets
 from workbench.ui.registry import page
 
 # Runs whose traces total less than this are analysed to fill the verdict column; larger ones
@@ -25,30 +25,40 @@ def runs_page() -> None:
     if not rows:
         st.info("No runs yet. Profile one: `workbench profile --nproc-per-node 2 train.py`, or upload one below.")
     else:
-        st.dataframe(pd.DataFrame([_row(r) for r in rows]), hide_index=True, width="stretch",
-                     column_config={"verdict": st.column_config.TextColumn(width="large")})
+        # the first visit analyses every small run for its verdict (cached after): say so as it goes
+        bar = st.progress(0.0, text=f"Reading the verdicts of {len(rows)} run(s)…")
+        table = []
+        for i, r in enumerate(rows):
+            table.append(_row(r))
+            bar.progress((i + 1) / len(rows), text=f"Reading the verdicts of {len(rows)} run(s)… {widgets.as_text(r['name'])}")
+        bar.empty()
+        # a static table: every verdict whole, wrapped to the window (a grid cuts long text)
+        widgets.static_table(pd.DataFrame(table).set_index("run"))
+        unanalysed = [t["run"] for t in table if t["verdict"].startswith("not analysed")]
+        if unanalysed:
+            st.warning(f"{len(unanalysed)} run(s) have nothing to analyse ({', '.join(unanalysed)}): their verdict "
+                       "says why; open one in Overview for what its manifest holds.")
+        st.caption("Open a run: pick it in the sidebar of any page of the Run section (its command is in Overview).")
     _upload(root)
 
 
 def _row(r: dict) -> dict:
-    m = r["manifest"]
     verdict = state.known_verdict(r["path"])
     if verdict is None:
         size = sum(f.stat().st_size for f in trace_files(r["path"]))
         if size < AUTO_ANALYZE_BYTES:
-            a = state.analysed_for(r["path"])
-            verdict = a.result.verdict if a is not None else "unreadable"
+            a = state.analysed_quietly(r["path"])  # a run that cannot be analysed is a row that says why
+            verdict = a.result.verdict if not isinstance(a, str) else f"not analysed: {a}"
         else:
             verdict = f"({size / 2**20:.0f} MiB of traces: open it in Overview)"
-    hosts = m.get("hosts") or []
+    hosts = r["manifest"].get("hosts") or []
     return {
-        "name": r["name"],
+        "run": r["name"],
         "status": r["status"],
-        "world_size": r["world_size"],
+        "ranks": r["world_size"],
         "hardware": " · ".join(str(x) for x in (r["device"] or "unknown", f"{len(hosts)} host(s)" if hosts else None) if x),
-        "date": (r["start"] or "")[:19].replace("T", " "),
+        "date": (r["start"] or "")[:16].replace("T", " "),
         "verdict": verdict,
-        "command": r["command"],
     }
 
 

@@ -13,6 +13,7 @@ import streamlit as st
 from workbench.analysis.memory import count_params, weight_shapes
 from workbench.analysis.steps import step_windows
 from workbench.format.errors import WorkbenchError
+from workbench.format.kineto import trace_files
 from workbench.present.figures import timeline_lanes
 from workbench.load import find_runs
 from workbench.pipeline.cache import CACHE_DIR
@@ -51,10 +52,9 @@ def _analysis(path: str, mtime: float) -> Analysis:
     return _analysed(path, mtime).analysis()
 
 
-def analysed_for(path: Path) -> AnalysedRun | None:
-    """The run through workbench.pipeline.analyze (the result every command shows, the planner's
-    answers included), its analysis (frames) ready; cached until a file in it changes; errors
-    shown as one line."""
+def analysed_quietly(path: Path) -> AnalysedRun | str:
+    """The run analysed (see :func:`analysed_for`), or what stops its analysis, in one line (a run
+    that wrote no trace, a corrupt file): for pages that say it their own way."""
     try:
         with st.spinner(f"Analyzing {path.name}…"):
             key = (str(path), mtime(path))
@@ -63,8 +63,46 @@ def analysed_for(path: Path) -> AnalysedRun | None:
             _VERDICTS[key] = a.result.verdict
             return a
     except WorkbenchError as e:
-        st.error(str(e))
-        return None
+        _VERDICTS[(str(path), mtime(path))] = f"not analysed: {e}"
+        return str(e)
+
+
+def analysed_for(path: Path) -> AnalysedRun | None:
+    """The run through workbench.pipeline.analyze (the result every command shows, the planner's
+    answers included), its analysis (frames) ready; cached until a file in it changes. A run that
+    wrote no trace is a run, not an error: a warning says so and what its manifest holds; any
+    other reason it cannot be analysed is one error line."""
+    a = analysed_quietly(path)
+    if not isinstance(a, str):
+        return a
+    if not trace_files(path):
+        st.warning(f"Not analysed: {a}")
+        for line in run_facts(path):
+            st.caption(line)
+    else:
+        st.error(a)
+    return None
+
+
+def run_facts(path: Path) -> list[str]:
+    """What a run's manifest says of it, for a run with nothing to analyse: its command, status,
+    exit code, steps per rank and error."""
+    from workbench.load.run import read_manifest
+
+    try:
+        m = read_manifest(path)
+    except WorkbenchError:
+        return []
+    ranks = m.get("ranks") if isinstance(m.get("ranks"), dict) else {}
+    steps = [r.get("steps") for r in ranks.values() if isinstance(r, dict) and r.get("steps") is not None]
+    out = [f"`{m['command']}`" if m.get("command") else "",
+           f"status {m.get('status', 'unknown')}, exit code {m.get('exit_code', 'unknown')}"
+           + (f", {max(steps)} optimizer step(s) recorded on a rank" if steps else "")]
+    if m.get("error"):
+        out.append(f"error: {m['error']}")
+    if (path / "console.log").exists():
+        out.append(f"its output is in `{path / 'console.log'}`")
+    return [x for x in out if x]
 
 
 def known_verdict(path: Path) -> str | None:
@@ -116,6 +154,11 @@ def _params(path: str, mtime: float) -> tuple[int, str]:
     stated = run.manifest.get("n_params") or cfg.get("n_params") or (cfg.get("model") or {}).get("n_params")
     if stated:
         return int(stated), "the run's manifest (n_params)"
+    # the model the analysis inferred: the count every other figure of the run uses (memory by
+    # category, MFU, the planner)
+    field = (_analysed(path, mtime).result.model.fields or {}).get("params_total") or {}
+    if isinstance(field.get("value"), (int, float)) and field["value"] > 0:
+        return int(field["value"]), f"the model inferred from the traces ({field.get('source')})"
     rank = min(run.rank_info)
     trace = _trace(path, mtime, rank)
     n = count_params(trace, _windows(path, mtime, rank))

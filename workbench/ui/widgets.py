@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -11,7 +13,48 @@ from workbench.present import summary
 from workbench.pipeline import AnalysedRun
 from workbench.pipeline.result import Result
 
+_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def as_text(value) -> str:
+    """``value`` as literal text where Streamlit reads markdown (a static table's cells): every ASCII
+    punctuation mark escaped, so a source's ``__next__`` stays ``__next__``, not a bold "next"."""
+    return _PUNCTUATION.sub(r"\\\1", str(value))
+
+
+def static_table(df: pd.DataFrame) -> None:
+    """``st.table`` of ``df`` (its index as the first column) with every cell and label shown as
+    written: a static table wraps long text to the window where a grid cuts it at the column's edge."""
+    shown = df.copy()
+    shown.index = [as_text(i) for i in shown.index]
+    shown.index.name = as_text(df.index.name) if df.index.name else None
+    shown.columns = [as_text(c) for c in shown.columns]
+    st.table(shown.map(lambda v: "" if v is None or (isinstance(v, float) and v != v) else as_text(v)))
+
+
+STYLE = """<style>
+[data-testid="stTable"] th, [data-testid="stTable"] td,
+[data-testid="stTable"] th *, [data-testid="stTable"] td * { overflow-wrap: anywhere !important; white-space: normal !important; }
+</style>"""
+"""The app's one style rule (app.py puts it on every page): a static table's cell breaks a long
+token (a kernel's name, a path) rather than pushing the table past the window or clipping it at
+the cell's 400 px (Streamlit's own rules keep row headers on one line: hence ``!important``)."""
+
+
 SEVERITY_ICON = {"critical": ":red[■]", "warning": ":orange[■]", "info": ":blue[■]"}  # text, not emoji: renders without emoji fonts
+
+
+NO_TRACE = ("No trace: the job ended before the profiler wrote one, so there is nothing of its steps to draw here. "
+            "The verdict (Overview, Diagnoses) is read from its manifest, status, steps, samples and memory records.")
+
+
+def no_trace(analysis) -> bool:
+    """True, having said so, where the run has no rank's trace (a job that failed before its first
+    profiled step): the pages that draw the trace have nothing to draw."""
+    if analysis.run.rank_info:
+        return False
+    st.info(NO_TRACE)
+    return True
 
 
 def verdict(result: Result) -> None:
@@ -59,10 +102,13 @@ def diagnosis_cards(analysed: AnalysedRun, detailed: bool = False, only: set[str
             if detailed:
                 flat = {k: v for k, v in d.evidence.items() if not isinstance(v, (dict, list))}
                 if flat:
-                    st.dataframe(pd.DataFrame({"evidence": list(flat), "value": [summary.evidence_text(v) for v in flat.values()]}),
-                                 hide_index=True, width="stretch")
+                    # a static table: long values (a source, the steps covered) wrap instead of being cut
+                    static_table(pd.DataFrame({"value": [summary.evidence_text(v) for v in flat.values()]},
+                                              index=pd.Index(list(flat), name="evidence")))
                 nested = {k: v for k, v in d.evidence.items() if isinstance(v, (dict, list))}
                 if nested:
-                    st.json(nested, expanded=False)
+                    with st.expander("More evidence (per rank, per step)"):
+                        st.json(nested)
             else:
-                st.json(d.evidence, expanded=False)
+                with st.expander("Evidence, as `workbench analyze --json` gives it"):
+                    st.json(d.evidence)

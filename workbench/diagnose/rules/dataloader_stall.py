@@ -11,16 +11,17 @@ Thresholds (share of step time):
 - critical ≥ 20 %: xprof's "highly input-bound", TraceML's critical level.
 Also at least 2 ms per step (TraceML's floor): below that the share is noise on tiny steps.
 
-Two readings, the larger wins (evidence keeps both):
-- the profiled steps, from the trace (``trace_share_pct``);
-- the steady steps of ``steps_rank{r}.csv`` (step ≥ 1, not profiled; analysis.throughput, the
-  steps ``tokens_per_s`` covers), their ``data_wait_ms`` (``run_share_pct``). A handful of
-  profiled steps can miss a loader that stalls in bursts (N workers finishing N batches at once,
-  then a long wait): the whole run cannot.
-The two cover different steps with different step times (on case_gpu_0_baseline 1,020 ms per
-profiled step, 810 ms per steady step), so the title names the steps its figures cover —
-"profiled steps 8–11" (the CLI's table, ``summary.step_ms``) or "unprofiled steps 1–29"
-(``metrics.steady_step_ms``) — and ``evidence.steps_covered`` repeats it.
+Two readings of the wait, the larger wins (evidence keeps both), each a share of **the job's
+step** (analysis.job: the mean of the unprofiled steady steps, the one step figure of every place):
+- the profiled steps, from the trace (``trace_share_pct``): the breakdown set against the job's step;
+- the job's own steps, their ``data_wait_ms`` in ``steps_rank{r}.csv`` (``run_share_pct``). A
+  handful of profiled steps can miss a loader that stalls in bursts (N workers finishing N batches
+  at once, then a long wait): the steps of the whole run cannot.
+The step figure is the same in both; the title names the steps the wait was read from
+("… of 808.1 ms, unprofiled steps 1–7, 12–29", or "… of 23.2 ms, unprofiled steps 1, 6–7; the
+wait's share from profiled steps 3–5"), ``evidence.steps_covered`` the job's step's steps
+(``summary.steps_covered``'s words) and ``evidence.wait_from`` the wait's. A run whose steps CSVs
+do not give the job's step (a bare trace directory) is read on its profiled steps alone.
 
 Estimated gain (upper bound): hiding all waiting saves ``dataloader_ms`` per step, so
 speed-up ≤ step_ms / (step_ms − dataloader_ms).
@@ -28,9 +29,8 @@ speed-up ≤ step_ms / (step_ms − dataloader_ms).
 
 from __future__ import annotations
 
-import pandas as pd
-
-from workbench.analysis.throughput import steady_summary, steps_label
+from workbench.analysis.job import job_step_set, job_words
+from workbench.analysis.throughput import step_set, steps_label, steps_words
 from workbench.diagnose.base import Context, Diagnosis, severity_for
 from workbench.diagnose.registry import rule
 
@@ -38,22 +38,12 @@ INFO_PCT = 5.0
 WARNING_PCT = 10.0
 CRITICAL_PCT = 20.0
 MIN_MS_PER_STEP = 2.0
-MIN_STEADY_STEPS = 3
-"""Fewer steady steps than this and the run reading is left out: one burst would decide it."""
 BANDS = ((INFO_PCT, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
-
-
-def run_wait(steps: dict | None, warmup: int | None = None) -> pd.DataFrame:
-    """Per rank (index) over its steady steps (analysis.throughput): ``step_ms``, ``dataloader_ms``
-    (mean ``data_wait_ms``), ``steps``, ``first_step``, ``last_step``."""
-    s = steady_summary(steps, min_steps=MIN_STEADY_STEPS, warmup=warmup).dropna(subset=["data_wait_ms"])
-    s = s.set_index("rank").rename(columns={"data_wait_ms": "dataloader_ms"})
-    return s[["step_ms", "dataloader_ms", "steps", "first_step", "last_step"]]
 
 
 @rule("dataloader_stall", reads=(), group="input",  # the breakdown and the steps CSVs
       summary="device idle while the main thread waits in `DataLoader.__next__` (profiled steps), or `data_wait_ms` "
-              "of the steady steps (step ≥ 1, unprofiled), whichever is larger; the title names which",
+              "of the job's steps (step ≥ 1, unprofiled), whichever is larger, of the job's step; the title names which",
       threshold=f"{INFO_PCT:g} / {WARNING_PCT:g} / {CRITICAL_PCT:g} % of step, ≥ {MIN_MS_PER_STEP:g} ms",
       source="TensorBoard plugin 5 %, xprof 5/20 %, TraceML 10/20 %, 2 ms")
 def dataloader_stall(ctx: Context) -> Diagnosis | None:
@@ -62,18 +52,26 @@ def dataloader_stall(ctx: Context) -> Diagnosis | None:
         return None
     per_rank = breakdown.groupby("rank")[["step_ms", "dataloader_ms"]].mean()
     trace_share = 100.0 * per_rank["dataloader_ms"].mean() / per_rank["step_ms"].mean()
-    whole = run_wait(ctx.steps, ctx.steps_warmup)
-    run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean() if not whole.empty else None
+    job = ctx.job if ctx.job is not None and len(ctx.job) and "job" in breakdown and breakdown["job"].any() else None
+    profiled = (steps_words(step_set(breakdown["step"]), profiled=True) if int(breakdown["step"].max()) >= 0
+                else steps_label(-1, -1, profiled=True))
     source = "main-thread enumerate(DataLoader)#…__next__ while the device was idle (profiled steps)"
-    covered = steps_label(int(breakdown["step"].min()), int(breakdown["step"].max()), profiled=True)
-    if "job" in breakdown and breakdown["job"].any():  # the recorded steps set against the job's
-        covered += ", against the job's step"
-    n_steps = int(breakdown["step"].nunique())
-    if run_share is not None and run_share > trace_share:
-        per_rank = whole[["step_ms", "dataloader_ms"]].copy()
-        source = "DataLoader __next__ wait per step in steps_rank{r}.csv (steady steps: step ≥ 1, not profiled)"
-        covered = steps_label(int(whole["first_step"].min()), int(whole["last_step"].max()), profiled=False)
-        n_steps = int(whole["steps"].max())
+    wait_from, n_steps = profiled, int(breakdown["step"].nunique())
+    covered = profiled
+    run_share = None
+    if job is not None:
+        covered, n_steps = job_words(job), int(job["steps"].max())
+        # the wait of the job's own steps (hosts that ran ahead: their job step is the trace's, no CSV wait)
+        whole = job[(job["clock"] != "trace") & job["data_wait_ms"].notna()].set_index("rank")
+        whole = whole.rename(columns={"data_wait_ms": "dataloader_ms"})[["step_ms", "dataloader_ms"]]
+        if not whole.empty:
+            run_share = 100.0 * whole["dataloader_ms"].mean() / whole["step_ms"].mean()
+        if run_share is not None and run_share > trace_share:
+            per_rank = whole.copy()
+            source = "DataLoader __next__ wait per step in steps_rank{r}.csv (the job's steps: step ≥ 1, not profiled)"
+            wait_from = steps_words(job_step_set(job), profiled=False)
+    title_steps = wait_from if wait_from != profiled or job is None else \
+        f"{steps_words(job_step_set(job), profiled=False)}; the wait's share from {profiled}"
     per_rank["share_pct"] = 100.0 * per_rank["dataloader_ms"] / per_rank["step_ms"]
     step_ms = float(per_rank["step_ms"].mean())
     dl_ms = float(per_rank["dataloader_ms"].mean())
@@ -95,7 +93,7 @@ def dataloader_stall(ctx: Context) -> Diagnosis | None:
     return Diagnosis(
         id="dataloader_stall",
         severity=severity,
-        title=f"DataLoader waits {share:.0f}% of each step ({dl_ms:.1f} ms of {step_ms:.1f} ms, {covered})",
+        title=f"DataLoader waits {share:.0f}% of each step ({dl_ms:.1f} ms of {step_ms:.1f} ms, {title_steps})",
         evidence={
             "dataloader_ms_per_step": round(dl_ms, 3),
             "step_ms": round(step_ms, 3),
@@ -103,6 +101,7 @@ def dataloader_stall(ctx: Context) -> Diagnosis | None:
             "per_rank_share_pct": {int(r): round(float(v), 2) for r, v in per_rank["share_pct"].items()},
             "steps": n_steps,
             "steps_covered": covered,
+            "wait_from": wait_from,
             "trace_share_pct": round(float(trace_share), 2),
             "run_share_pct": None if run_share is None else round(float(run_share), 2),
             "source": source,
