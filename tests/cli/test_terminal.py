@@ -52,3 +52,25 @@ def test_a_piped_plan_is_whole_lines(monkeypatch):
     lines = out.getvalue().splitlines()
     first = lines[0]
     assert first.startswith("gpt3-175b: ") and first.endswith("stack megatron bf16"), first  # wrapped at ~150 before
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "deepseek-v3-16b"])
+def test_the_plan_at_80_columns_cuts_no_figure(model):
+    """The planner's layouts table has 15 columns (16 with EP): at 80 columns rich cut every cell
+    ("11…" for 11.2, "st…" for "step ms"). Split into tables that each fit, the rank and layout
+    repeated, every header and figure whole."""
+    from workbench.calibration.request import build_request
+    from workbench.cli.console import make
+    from workbench.plan.report import print_plan, short_key, to_json
+    from workbench.plan.search import plan
+
+    doc = to_json(plan(build_request(model=model, gpus=8, gpu="H100", top=3)))
+    con = make(io.StringIO(), width=80)
+    print_plan(doc, con)
+    text = con.file.getvalue()
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text
+    for header in ("weights", "step ms", "DP exp", "MFU", "tokens/s", *(("EP",) if doc["model"].get("experts") else ())):
+        assert f" {header} " in text, header
+    best = doc["plans"][0]
+    assert text.count(short_key(best["layout"])) >= 3  # the layout names each part's rows
+    assert f"{best['time']['tokens_per_s']:,.0f}" in text and f"{best['memory']['total_gib']:.1f}" in text

@@ -123,9 +123,8 @@ def short_key(lay: dict) -> str:
 def print_plan(doc: dict, con, notes=None) -> None:
     """The plan document as tables on ``con`` (the result: stdout); its warnings on ``notes``
     (stderr; ``con`` when not given)."""
-    from rich.table import Table
-
     from workbench.format.markup import line, plain
+    from workbench.format.terminal import fitted
 
     m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
     moe = f", {m['experts']} experts top-{m['top_k']}, {m['params_active'] / 1e9:.2f}B active" if m.get("experts") else ""
@@ -149,20 +148,20 @@ def print_plan(doc: dict, con, notes=None) -> None:
         print_from_run(fr, con)
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
               f"{c['usable_memory_gib']:.0f} GiB")
-    t = Table(title_justify="left", title="layouts (memory per GPU in GiB; step split in ms; --layout spelling below "
-                                           "and in --json)")
     moe = bool(m.get("experts"))
-    for col in ("#", "layout", "weights", "grads", "optim", "activ", "total", "step ms", "compute", "TP",
-                *(("EP",) if moe else ()), "bubble", "DP exp", "MFU", "tokens/s"):
-        t.add_column(col, justify="left" if col == "layout" else "right")
+    columns = [(col, "left" if col == "layout" else "right")
+               for col in ("#", "layout", "weights", "grads", "optim", "activ", "total", "step ms", "compute", "TP",
+                           *(("EP",) if moe else ()), "bubble", "DP exp", "MFU", "tokens/s")]
+    rows = []
     for p in doc["plans"]:
         mem, tm = p["memory"], p["time"]
         rank = "given" if p["given"] else str(p["rank"])
         if p["given"] and p["rank"]:
             rank = f"given ({p['rank']})"
+        total = f"{mem['total_gib']:.1f}"
         cells = [rank, plain(short_key(p["layout"])), f"{mem['weights_gib']:.1f}", f"{mem['gradients_gib']:.1f}",
                  f"{mem['optimizer_gib']:.1f}", f"{mem['activations_gib'] + mem['loss_gib'] + mem['buffers_gib']:.1f}",
-                 ("" if p["fits"] else "[red]") + f"{mem['total_gib']:.1f}" + ("" if p["fits"] else "[/]")]
+                 total if p["fits"] else line("[red]{}[/]", total)]
         if tm:
             cells += [f"{tm['step_ms']:,.0f}", f"{tm['compute_ms']:,.0f}", f"{tm['tp_comm_ms']:,.0f}",
                       *((f"{tm.get('ep_comm_ms', 0):,.0f}",) if moe else ()),
@@ -170,8 +169,11 @@ def print_plan(doc: dict, con, notes=None) -> None:
                       f"{tm['tokens_per_s']:,.0f}"]
         else:
             cells += ["–"] * (8 if moe else 7)
-        t.add_row(*cells)
-    con.print(t)
+        rows.append(cells)
+    # never a cut figure: on a narrow terminal the columns go into several tables, # and layout in each
+    for t in fitted("layouts (memory per GPU in GiB; step split in ms; --layout spelling below and in --json)",
+                    columns, rows, width=con.width, keep=2):
+        con.print(t)
     for p in doc["plans"][:2]:
         if p["problem"]:
             con.print(line("[red]{}: cannot run: {}[/]", p["layout_key"], p["problem"]))
