@@ -2,9 +2,9 @@
 nothing of workbench, for checking that ``workbench profile`` records its expert load unmodified.
 
 Needs transformers 5.x (its MoE routers return the top-k expert ids); the workbench package
-itself never imports transformers. On this repository's CPU machine (a venv at /tmp/tfenv)::
+itself never imports transformers. With a Python that has it (a virtual environment, say .venv-hf)::
 
-    PYTHONPATH=$PWD /tmp/tfenv/bin/python -m workbench profile --out traces/hf_qwen3_moe_cpu \\
+    PYTHONPATH=$PWD .venv-hf/bin/python -m workbench profile --out traces/hf_qwen3_moe_cpu \\
         --stop-after-profile benchmarks/hf_moe_train.py --family qwen3_moe --steps 8
 
 Families: qwen3_moe (Qwen3MoeTopKRouter, softmax top-k), mixtral, olmoe, deepseek_v3 (sigmoid,

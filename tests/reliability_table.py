@@ -280,7 +280,7 @@ def render_corpus(observed: dict) -> str:
     for name, o in observed.items():
         c = BY_NAME[name]
         msg = o.message if len(o.message) <= 240 else o.message[:239] + "…"
-        cases.append([f"`{name}`", c.klass, c.what, f"`{' '.join(c.argv)}`", str(o.exit_code), f"`{msg}`" if msg else "",
+        cases.append([f"`{name}`", c.klass, c.what, f"`{' '.join(c.argv).replace(str(ROOT) + '/', '')}`", str(o.exit_code), f"`{msg}`" if msg else "",
                       o.problem or "ok", _mb(o.rss_mb), f"{o.seconds:.1f} s"])
     return "\n".join([CORPUS_INTRO, _table(head, summary), "",
                       _table(["case", "class", "input", "command", "exit", "message (exit 2) or the warning that names it",

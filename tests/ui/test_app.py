@@ -295,8 +295,8 @@ def test_efficiency_page_on_a_cpu_moe_run_names_its_convention_and_the_experts_s
     assert conv["model FLOPs per token"][0] == f"{eff['mfu_by_convention']['torchtitan']['model_flops_per_token']:,}"
     m = {x.label: x.value for x in at.metric}
     assert m["Routing"] == f"{eff['moe']['routing_pct']:,.1f}%" and m["Dispatch / combine"] == f"{eff['moe']['dispatch_pct']:,.1f}%"
-    model = next(f.value for f in at.dataframe if "confidence" in f.value.columns)
-    fields = dict(zip(model["field"], model["value"]))
+    model = next(f.value for f in at.table if "confidence" in f.value.columns)
+    fields = {unescaped(k): unescaped(v) for k, v in zip(model.index, model["value"])}
     assert fields["experts"] == "8" and fields["attention"] == "MLA" and fields["shared_experts"] == "1"
 
 
