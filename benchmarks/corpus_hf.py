@@ -109,6 +109,9 @@ def hf_model(path: Path) -> None:
     model.save_pretrained(path)
     fast.save_pretrained(path)
     fields = truth(model, model.config, SEQ, None)
+    if "num_experts_per_tok" in kw and "experts" not in fields:  # hf_train.truth names experts modules *Experts
+        raise SystemExit(f"{path.name}: no routed experts found in {type(model).__name__}: its truth would count "
+                         "every expert active")
     fields.pop("micro_batch")  # the run's, not the model's: ``corpus run`` adds it
     # SwiGLU: a gate beside the up projection (dense MLPs' gate_proj, experts' fused gate_up_proj)
     fields["gated"] = any(hasattr(m, "gate_proj") or hasattr(m, "gate_up_proj") for m in model.modules())
