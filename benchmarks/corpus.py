@@ -172,12 +172,19 @@ def nanogpt_flops_per_token(n_layer: int = 12, n_head: int = 12, n_embd: int = 7
 
 
 # (row tag, model directory family, what it is): benchmarks/corpus_hf.py builds each model
-_HF_FAMILIES = (("qwen3_moe", "qwen3-moe", "a Qwen3-MoE (16 routed experts, top-4, no shared expert, GQA)"),
-                ("deepseek_v3", "deepseek-v3", "a DeepSeek-V3 (latent attention, one shared expert, a dense first "
-                                               "layer, 16 routed experts top-4 in 4 groups)"),
-                ("olmoe", "olmoe", "an OLMoE (64 experts, top-8, MHA)"),
-                ("qwen3", "qwen3", "a dense Qwen3 at Qwen3-0.6B's proportions (heads x head_dim = 2 x hidden, "
-                                   "tied embeddings)"))
+# (row tag, model directory family, the script's and the Trainer's own extra arguments, what it is):
+# benchmarks/corpus_hf.py builds each model
+_HF_AC = ("--attn_implementation", "eager", "--gradient_accumulation_steps", "2", "--gradient_checkpointing")
+_HF_FAMILIES = (("qwen3_moe", "qwen3-moe", (), "a Qwen3-MoE (16 routed experts, top-4, no shared expert, GQA)"),
+                ("deepseek_v3", "deepseek-v3", (), "a DeepSeek-V3 (latent attention, one shared expert, a dense first "
+                                                   "layer, 16 routed experts top-4 in 4 groups)"),
+                ("olmoe", "olmoe", (), "an OLMoE (64 experts, top-8, MHA)"),
+                ("qwen3", "qwen3", (), "a dense Qwen3 at Qwen3-0.6B's proportions (heads x head_dim = 2 x hidden, "
+                                       "tied embeddings)"),
+                ("qwen3_eager_ac", "qwen3", _HF_AC, "the dense Qwen3 with eager (matmul) attention, 2 accumulated "
+                                                    "micro-batches and the Trainer's gradient checkpointing"),
+                ("deepseek_v3_eager_ac", "deepseek-v3", _HF_AC, "the DeepSeek-V3 with eager (matmul) attention, 2 "
+                 "accumulated micro-batches and the Trainer's gradient checkpointing"))
 # timm's benchmark.py prints the mean of its 20 timed steps after 5 warm-up steps ("Train benchmark of
 # resnet50 done. X samples/sec, Y ms/sample", Y per step): its committed runs stop after the profiled
 # window (--stop-after-profile) and have no timed steps, so they carry no Timer.
@@ -211,7 +218,7 @@ ENTRIES: list[Entry] = [
     *(Entry(name=f"hf_trainer_{tag}_cpu", repo="huggingface/transformers",
             path="tests/trainer/distributed/scripts/train.py", kind="cpu",
             args=("--model_name", f"../../../../models/{family}-tiny", "--per_device_train_batch_size", "4",
-                  "--max_steps", "16", *_HF_ARGS),
+                  "--max_steps", "16", *extra, *_HF_ARGS),
             env=_HF_OFFLINE, expect=("expert_imbalance",) if family != "qwen3" else (),
             expect_absent=("dataloader_stall", "exposed_communication", "straggler_rank",
                            *(("expert_imbalance",) if family == "qwen3" else ())),
@@ -219,7 +226,7 @@ ENTRIES: list[Entry] = [
                 "held-out evidence for the model block" + ("" if family == "qwen3" else
                 ". About half of each sample is padding of one token id, which the untrained router sends to the "
                 "same few experts: the expert load is really uneven"))
-      for tag, family, what in _HF_FAMILIES),
+      for tag, family, extra, what in _HF_FAMILIES),
     Entry(name="fsdp2_example_cpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="cpu",
           nproc=2, steps_from=None, traced=False, why="the FSDP2 example refuses to run without 2 accelerators: a run with no training step"),
     # --- the GPU machine (torch 2.11 + CUDA 13, one or two H200) ---
@@ -272,10 +279,10 @@ ENTRIES: list[Entry] = [
     *(Entry(name=f"hf_trainer_{tag}_gpu", repo="huggingface/transformers",
             path="tests/trainer/distributed/scripts/train.py", kind="gpu", gpus=1,
             args=("--model_name", f"../../../../models/{family}-small", "--per_device_train_batch_size", "8",
-                  "--max_steps", "16", "--bf16", *_HF_ARGS),
+                  "--max_steps", "16", "--bf16", *extra, *_HF_ARGS),
             env=_HF_OFFLINE, expect_absent=("dataloader_stall",),
             why=f"hf_trainer_{tag}_cpu on one GPU: {what} at 4x the widths, bf16 autocast")
-      for tag, family, what in _HF_FAMILIES),
+      for tag, family, extra, what in _HF_FAMILIES),
     # --- fixed twins: the one change a user would make after the verdict above ---
     Entry(name="timm_bench_train_cl_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
@@ -385,11 +392,16 @@ def model_dir(e: Entry) -> Path | None:
 
 
 def _write_truth(e: Entry, run_dir: Path) -> None:
-    """truth.json beside the run: the model directory's truth with the run's micro-batch."""
+    """truth.json beside the run: the model directory's truth with what the row's Trainer arguments
+    make of a step (micro-batch, accumulated micro-batches, gradient checkpointing)."""
     from benchmarks.corpus_hf import run_truth
 
-    batch = int(e.args[e.args.index("--per_device_train_batch_size") + 1])
-    (run_dir / "truth.json").write_text(json.dumps(run_truth(model_dir(e), batch), indent=1, sort_keys=True) + "\n")
+    def arg(name: str, default: int) -> int:
+        return int(e.args[e.args.index(name) + 1]) if name in e.args else default
+
+    doc = run_truth(model_dir(e), arg("--per_device_train_batch_size", 8), arg("--gradient_accumulation_steps", 1),
+                    "--gradient_checkpointing" in e.args)
+    (run_dir / "truth.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------------------------

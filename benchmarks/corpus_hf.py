@@ -122,8 +122,12 @@ def hf_model(path: Path) -> None:
     (path / "truth.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
-def run_truth(model_dir: Path, batch: int) -> dict:
-    """The model's truth for one run: its fields with the run's micro-batch and tokens per step."""
+def run_truth(model_dir: Path, batch: int, micro_batches: int = 1, checkpointing: bool = False) -> dict:
+    """The model's truth for one run: its fields with the run's micro-batch, micro-batches per
+    optimizer step, tokens per step and recomputation (the Trainer's gradient checkpointing re-runs
+    every decoder layer's forward in backward: ``full``)."""
     doc = json.loads((model_dir / "truth.json").read_text())
-    doc["fields"].update(micro_batch=batch, tokens_per_step=batch * doc["fields"]["seq"])
+    doc["fields"].update(micro_batch=batch, micro_batches=micro_batches,
+                         tokens_per_step=batch * doc["fields"]["seq"] * micro_batches,
+                         recompute="full" if checkpointing else "none")
     return doc

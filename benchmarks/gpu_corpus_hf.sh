@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU twins of the corpus's Hugging Face Trainer rows on today's families (benchmarks/corpus.py:
-# hf_trainer_{qwen3_moe,deepseek_v3,olmoe,qwen3}_gpu — 4x the CPU rows' widths, batch 8, bf16
+# hf_trainer_{qwen3_moe,deepseek_v3,olmoe,qwen3}_gpu and the eager-attention, accumulating,
+# checkpointing hf_trainer_{qwen3,deepseek_v3}_eager_ac_gpu — 4x the CPU rows' widths, batch 8, bf16
 # autocast): the Trainer's own script, unmodified, under `workbench profile` on one GPU. Not run yet:
 # no GPU was lent when this was written.
 #
@@ -26,5 +27,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/gpu.txt"
 python -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'accelerate', accelerate.__version__)" >> "$OUT/gpu.txt" 2>&1
 python -m benchmarks.corpus run --kind gpu --out /tmp/corpus_hf --only hf_trainer_qwen3_moe_gpu \
-    hf_trainer_deepseek_v3_gpu hf_trainer_olmoe_gpu hf_trainer_qwen3_gpu
+    hf_trainer_deepseek_v3_gpu hf_trainer_olmoe_gpu hf_trainer_qwen3_gpu hf_trainer_qwen3_eager_ac_gpu \
+    hf_trainer_deepseek_v3_eager_ac_gpu
 python -m benchmarks.corpus pack /tmp/corpus_hf "$OUT/corpus_hf_gpu.tar.gz"

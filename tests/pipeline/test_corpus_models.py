@@ -7,7 +7,9 @@ The runs (traces/README.md, "Corpus of public scripts"): ``hf_trainer_qwen3_moe_
 experts, top-4, no shared expert, heads × head_dim = 2 × hidden), ``hf_trainer_deepseek_v3_cpu``
 (latent attention, one shared expert, a dense first layer, group-limited routing),
 ``hf_trainer_olmoe_cpu`` (64 experts, top-8, MHA) and ``hf_trainer_qwen3_cpu`` (dense, Qwen3-0.6B's
-proportions: head_dim 32 ≠ hidden 128 / 8 heads, tied embeddings, SwiGLU width 3 × hidden).
+proportions: head_dim 32 ≠ hidden 128 / 8 heads, tied embeddings, SwiGLU width 3 × hidden); and
+``hf_trainer_{qwen3,deepseek_v3}_eager_ac_cpu``, the same two models with the script's eager (matmul)
+attention, 2 accumulated micro-batches and the Trainer's gradient checkpointing.
 Tolerances are the acceptance's: the shape exact, ``params_total`` 1 %, ``params_active`` 10 %,
 model FLOPs per token 5 % of the convention (docs/model.md) computed here from the truth.
 """
@@ -26,7 +28,7 @@ CORPUS_RUNS = TRACES / "corpus"
 TRUTH_RUNS = [n for n in COMMITTED if (CORPUS_RUNS / n / "truth.json").exists()]
 EXACT = ("experts", "top_k", "shared_experts", "moe_ffn", "moe_layers", "dense_layers", "head_dim", "v_head_dim",
          "heads", "kv_heads", "attention", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn", "gated", "tied",
-         "hidden", "layers", "vocab", "seq", "micro_batch", "tokens_per_step")
+         "hidden", "layers", "vocab", "seq", "micro_batch", "micro_batches", "tokens_per_step", "recompute")
 
 
 def truth(name: str) -> dict:
@@ -53,13 +55,15 @@ def inferred(name: str) -> dict:
 @pytest.mark.committed
 def test_the_trainer_runs_cover_todays_families():
     """A routed-only MoE, latent attention with a shared expert and a dense layer, a many-expert
-    top-8 MoE, and a dense model whose heads × head_dim is not the hidden size, with a tied table."""
+    top-8 MoE, a dense model whose heads × head_dim is not the hidden size, with a tied table, and an
+    MoE run with accumulated micro-batches and recomputation."""
     got = {n: truth(n) for n in TRUTH_RUNS}
     assert len(got) >= 4, sorted(got)
     assert any(t.get("experts") and t["shared_experts"] == 0 and t["attention"] == "GQA" for t in got.values())
     assert any(t.get("attention") == "MLA" and t["shared_experts"] >= 1 and t["dense_layers"] >= 1 for t in got.values())
     assert any((t.get("top_k") or 0) >= 8 for t in got.values())
     assert any(not t.get("experts") and t["tied"] and t["heads"] * t["head_dim"] != t["hidden"] for t in got.values())
+    assert any(t["micro_batches"] > 1 and t["recompute"] == "full" and t.get("experts") for t in got.values())
 
 
 @pytest.mark.committed

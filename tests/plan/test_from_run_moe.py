@@ -129,7 +129,8 @@ def test_a_one_gpu_run_is_offered_no_zero_stage_on_its_one_replica():
 
 
 HF_RUNS = ["moe_qwen3_cpu", "moe_mixtral_cpu", "moe_olmoe_cpu", "moe_deepseek_v3_cpu", "moe_gpt_oss_cpu", "dense_qwen3_cpu"]
-TRAINER_RUNS = [f"corpus/hf_trainer_{f}_cpu" for f in ("qwen3_moe", "deepseek_v3", "olmoe", "qwen3")]
+TRAINER_RUNS = [f"corpus/hf_trainer_{f}_cpu" for f in ("qwen3_moe", "deepseek_v3", "olmoe", "qwen3", "qwen3_eager_ac",
+                                                      "deepseek_v3_eager_ac")]
 
 
 def _truth(run: str) -> dict:
