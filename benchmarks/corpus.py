@@ -171,6 +171,20 @@ def nanogpt_flops_per_token(n_layer: int = 12, n_head: int = 12, n_embd: int = 7
     return 6 * n + 12 * n_layer * n_head * (n_embd // n_head) * block
 
 
+# (row tag, model directory family, what it is): benchmarks/corpus_hf.py builds each model
+# (row tag, model directory family, the script's and the Trainer's own extra arguments, what it is):
+# benchmarks/corpus_hf.py builds each model
+_HF_AC = ("--attn_implementation", "eager", "--gradient_accumulation_steps", "2", "--gradient_checkpointing")
+_HF_FAMILIES = (("qwen3_moe", "qwen3-moe", (), "a Qwen3-MoE (16 routed experts, top-4, no shared expert, GQA)"),
+                ("deepseek_v3", "deepseek-v3", (), "a DeepSeek-V3 (latent attention, one shared expert, a dense first "
+                                                   "layer, 16 routed experts top-4 in 4 groups)"),
+                ("olmoe", "olmoe", (), "an OLMoE (64 experts, top-8, MHA)"),
+                ("qwen3", "qwen3", (), "a dense Qwen3 at Qwen3-0.6B's proportions (heads x head_dim = 2 x hidden, "
+                                       "tied embeddings)"),
+                ("qwen3_eager_ac", "qwen3", _HF_AC, "the dense Qwen3 with eager (matmul) attention, 2 accumulated "
+                                                    "micro-batches and the Trainer's gradient checkpointing"),
+                ("deepseek_v3_eager_ac", "deepseek-v3", _HF_AC, "the DeepSeek-V3 with eager (matmul) attention, 2 "
+                 "accumulated micro-batches and the Trainer's gradient checkpointing"))
 # timm's benchmark.py prints the mean of its 20 timed steps after 5 warm-up steps ("Train benchmark of
 # resnet50 done. X samples/sec, Y ms/sample", Y per step): its committed runs stop after the profiled
 # window (--stop-after-profile) and have no timed steps, so they carry no Timer.
@@ -199,6 +213,20 @@ ENTRIES: list[Entry] = [
           why="Hugging Face Trainer under torchrun, 2 gloo ranks. transformers 5 on CPU does not wrap the model "
               "in DDP (it warns 'parallel_mode != DISTRIBUTED', with or without workbench): the trace has no "
               "collective, each rank trains alone"),
+    # The Trainer on models of today's families (benchmarks/corpus_hf.py), one process as `python train.py`
+    # runs it; truth.json beside each run is the model's, counted from the model object that was saved.
+    *(Entry(name=f"hf_trainer_{tag}_cpu", repo="huggingface/transformers",
+            path="tests/trainer/distributed/scripts/train.py", kind="cpu",
+            args=("--model_name", f"../../../../models/{family}-tiny", "--per_device_train_batch_size", "4",
+                  "--max_steps", "16", *extra, *_HF_ARGS),
+            env=_HF_OFFLINE, expect=("expert_imbalance",) if family != "qwen3" else (),
+            expect_absent=("dataloader_stall", "exposed_communication", "straggler_rank",
+                           *(("expert_imbalance",) if family == "qwen3" else ())),
+            why=f"Hugging Face Trainer, one CPU process, {what} built from a config (batch 4 x 128 tokens): "
+                "held-out evidence for the model block" + ("" if family == "qwen3" else
+                ". About half of each sample is padding of one token id, which the untrained router sends to the "
+                "same few experts: the expert load is really uneven"))
+      for tag, family, extra, what in _HF_FAMILIES),
     Entry(name="fsdp2_example_cpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="cpu",
           nproc=2, steps_from=None, traced=False, why="the FSDP2 example refuses to run without 2 accelerators: a run with no training step"),
     # --- the GPU machine (torch 2.11 + CUDA 13, one or two H200) ---
@@ -247,6 +275,14 @@ ENTRIES: list[Entry] = [
     Entry(name="word_lm_gpu", repo="pytorch/examples", path="word_language_model/main.py", kind="gpu", gpus=1,
           args=("--accel", "--epochs", "1", "--log-interval", "50"), steps_from="backward", expect=("host_bound",),
           why="the loop without torch.optim on a GPU: steps from backward(), a small LSTM, host_bound (GPU busy 18%)"),
+    # GPU twins of the Trainer rows on today's families: 4x the widths, batch 8, bf16 autocast (not run yet)
+    *(Entry(name=f"hf_trainer_{tag}_gpu", repo="huggingface/transformers",
+            path="tests/trainer/distributed/scripts/train.py", kind="gpu", gpus=1,
+            args=("--model_name", f"../../../../models/{family}-small", "--per_device_train_batch_size", "8",
+                  "--max_steps", "16", "--bf16", *extra, *_HF_ARGS),
+            env=_HF_OFFLINE, expect_absent=("dataloader_stall",),
+            why=f"hf_trainer_{tag}_cpu on one GPU: {what} at 4x the widths, bf16 autocast")
+      for tag, family, extra, what in _HF_FAMILIES),
     # --- fixed twins: the one change a user would make after the verdict above ---
     Entry(name="timm_bench_train_cl_gpu", repo="huggingface/pytorch-image-models", path="benchmark.py", kind="gpu",
           gpus=1, args=("--bench", "train", "-m", "resnet50", "-b", "64", "--amp", "--num-warm-iter", "5",
@@ -340,38 +376,32 @@ def prepare(entries: list[Entry]) -> None:
         for split, n in (("train", 4_000_000), ("val", 400_000)):
             if not (d / f"{split}.bin").exists():  # random GPT-2 token ids, as prepare.py's uint16 layout
                 np.random.default_rng(len(split)).integers(0, 50257, n, dtype=np.uint16).tofile(d / f"{split}.bin")
-    if "huggingface/transformers" in repos:
-        for e in entries:
-            if e.repo == "huggingface/transformers":
-                _hf_model(CORPUS / "transformers/models" / ("qwen2-tiny" if e.kind == "cpu" else "qwen2-small"),
-                          small=e.kind == "gpu")
+    for e in entries:
+        if (d := model_dir(e)) is not None:
+            from benchmarks.corpus_hf import hf_model
+
+            hf_model(d)
 
 
-def _hf_model(path: Path, small: bool) -> None:
-    """A word-level tokenizer over the script's own sentences and a Qwen2 built from a config."""
-    if (path / "config.json").exists():
-        return
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+def model_dir(e: Entry) -> Path | None:
+    """The model directory a Hugging Face Trainer row loads (``--model_name``; benchmarks/corpus_hf.py
+    makes it), or None."""
+    if e.repo != "huggingface/transformers" or "--model_name" not in e.args:
+        return None
+    return (e.cwd / e.args[e.args.index("--model_name") + 1]).resolve()
 
-    words = ("The quick brown fox jumps over the lazy dog . A journey of a thousand miles begins with single step "
-             "To be or not to , that is question All glitters gold wanders lost").split()
-    vocab = {w: i for i, w in enumerate(["<unk>", "<pad>", "<eos>", *dict.fromkeys(words)])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>")
-    dims = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
-                num_key_value_heads=8) if small else dict(hidden_size=64, intermediate_size=256,
-                                                          num_hidden_layers=2, num_attention_heads=4,
-                                                          num_key_value_heads=2)
-    cfg = Qwen2Config(vocab_size=len(vocab), max_position_embeddings=256, pad_token_id=1, eos_token_id=2,
-                      bos_token_id=2, **dims)
-    import torch
 
-    torch.manual_seed(0)
-    path.mkdir(parents=True, exist_ok=True)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    fast.save_pretrained(path)
+def _write_truth(e: Entry, run_dir: Path) -> None:
+    """truth.json beside the run: the model directory's truth with what the row's Trainer arguments
+    make of a step (micro-batch, accumulated micro-batches, gradient checkpointing)."""
+    from benchmarks.corpus_hf import run_truth
+
+    def arg(name: str, default: int) -> int:
+        return int(e.args[e.args.index(name) + 1]) if name in e.args else default
+
+    doc = run_truth(model_dir(e), arg("--per_device_train_batch_size", 8), arg("--gradient_accumulation_steps", 1),
+                    "--gradient_checkpointing" in e.args)
+    (run_dir / "truth.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,6 +481,8 @@ def run(kind: str, out: Path, only: list[str] | None) -> list[dict]:
         wall = round(time.monotonic() - t0, 1)
         if run_dir.is_dir():
             shutil.copy(log, run_dir / "console.log")
+            if model_dir(e) is not None:
+                _write_truth(e, run_dir)
         results.append({"name": e.name, "exit_code": code, "timed_out": timed_out, "wall_s": wall})
         print(f"   exit {code}{' (timed out)' if timed_out else ''} in {wall} s; tail of {log}:", flush=True)
         print("   " + "\n   ".join(log.read_text(errors="replace").splitlines()[-6:]), flush=True)
@@ -459,8 +491,10 @@ def run(kind: str, out: Path, only: list[str] | None) -> list[dict]:
 
 
 # Trimmed fixtures stay small: traces are kept gzipped whole (analysis needs every event of the
-# profiled steps); CSVs keep their head; console logs their tail.
+# profiled steps); CSVs keep their head (but WHOLE_CSV); console logs their tail.
 KEEP_CSV_ROWS = 60
+WHOLE_CSV = ("experts_rank",)
+"""CSVs kept whole: the expert load of the recorded steps (every layer × expert row) is read as a whole."""
 KEEP_LOG_LINES = 40
 MAX_TRACE_BYTES = 6 * 2**20
 
@@ -487,6 +521,8 @@ def trim(src: Path, dest: Path, only: list[str] | None = None) -> None:
             elif f.name.endswith(".pt.trace.json"):
                 with f.open("rb") as i, gzip.open(out / (f.name + ".gz"), "wb") as o:
                     shutil.copyfileobj(i, o)
+            elif f.name.startswith(WHOLE_CSV):
+                shutil.copy(f, out / f.name)
             elif f.suffix == ".csv":
                 lines = f.read_text().splitlines(keepends=True)
                 (out / f.name).write_text("".join(lines[:KEEP_CSV_ROWS + 1]))

@@ -9,7 +9,10 @@ the arguments traces/README.md lists (``--batch_size=12 --gradient_accumulation_
 ResNet-50 (25,557,032 parameters) at the batch their command gives; the Hugging Face model runs
 (``traces/moe_*``, ``traces/dense_*``: mixtures of experts, latent attention, a Qwen3-shaped dense
 model) print their own truth (benchmarks/hf_train.py's ``truth:`` line in ``console.log``:
-parameters total and active by torchtitan's rule, FLOPs per token by the convention, the shape).
+parameters total and active by torchtitan's rule, FLOPs per token by the convention, the shape);
+the Hugging Face Trainer's corpus runs (``corpus/hf_trainer_<family>_cpu``: its own script,
+unmodified, on model directories benchmarks/corpus_hf.py built) carry that directory's truth,
+counted the same way from the model object that was saved, in ``truth.json``.
 ``params_total`` counts as right within 1 %, ``params_active`` within 10 %, ``model_flops_per_token``
 within 5 % (the acceptance's tolerances); every other field exactly. Beside the fields, each run's
 MFU: the workbench's (model FLOPs, the job's step) against what the trainer prints — nanoGPT's
@@ -64,10 +67,33 @@ def engine_truth(manifest: dict) -> dict:
     }
     if mode != "pp":
         truth["tied"] = m["tie_embeddings"]
-    if m["tie_embeddings"] and cfg.get("flops_per_token"):
+    if m.get("moe_experts"):
+        truth.update(engine_moe_truth(m))
+        truth["layout"]["ep"] = p.get("ep") or 1
+    elif m["tie_embeddings"] and cfg.get("flops_per_token"):
         # the engine's N drops only the position table: with a tied head that is the convention
         truth["model_flops_per_token"] = cfg["flops_per_token"]
     return {k: v for k, v in truth.items() if v is not None}
+
+
+def engine_moe_truth(m: dict) -> dict:
+    """The engine GPT with a mixture of experts (workbench/engine/moe.py) by hand: each MoE block
+    trades the dense MLP (8d² + 5d) for a router (d·E), SwiGLU shared experts (3·d·moe_ffn each)
+    and E routed SwiGLU experts (3·d·moe_ffn each); active by torchtitan's rule. FLOPs per token by
+    the convention (6 · (active − the position table; the tied token table is the head) + 12·L·H·Q·T):
+    the manifest's ``flops_per_token`` of the committed MoE runs predates the engine's active count."""
+    d, L, h, E, k = m["d_model"], m["n_layer"], m["n_head"], m["moe_experts"], m["moe_top_k"]
+    S, F, dense = m.get("moe_shared_experts") or 0, m["moe_ffn"], m.get("moe_dense_layers") or 0
+    moe = L - dense
+    routed = moe * E * 3 * d * F
+    total = engine_params(m) - moe * (8 * d * d + 5 * d) + moe * (d * E + 3 * d * F * S) + routed
+    active = total - routed + routed * k // E
+    out = {"params_total": total, "params_active": active, "experts": E, "top_k": k, "shared_experts": S, "moe_ffn": F,
+           "moe_layers": moe, "dense_layers": dense, "ffn": 4 * d if dense else None,
+           "gated": not dense}  # no dense block: `gated` says the experts are SwiGLU
+    if m["tie_embeddings"]:
+        out["model_flops_per_token"] = 6 * (active - m["seq_len"] * d) + 12 * L * h * (d // h) * m["seq_len"]
+    return out
 
 
 NANOGPT = {"params_total": 124_373_760, "params_non_embedding": 123_587_328, "layers": 12, "hidden": 768, "heads": 12,
@@ -76,6 +102,9 @@ NANOGPT = {"params_total": 124_373_760, "params_non_embedding": 123_587_328, "la
 
 
 def corpus_truth(name: str) -> dict | None:
+    truth_json = TRACES / "corpus" / name / "truth.json"
+    if truth_json.exists():  # the Trainer rows: the model directory's truth (benchmarks/corpus_hf.py)
+        return json.loads(truth_json.read_text())["fields"]
     if name.startswith("nanogpt_"):
         mb = 1 if name == "nanogpt_bench_gpu" else 4
         return NANOGPT | {"micro_batches": mb, "tokens_per_step": 12 * 1024 * mb,
@@ -182,10 +211,13 @@ def own_mfu(name: str, doc: dict) -> tuple[float | None, str]:
 
 
 def measure(name: str, truth: dict) -> dict:
+    from workbench.format.errors import WorkbenchError
     from workbench.pipeline.verdict import analyze_run
 
     doc = analyze_run(TRACES / name).to_json()
     model = doc["model"]
+    if model["kind"] is None and not model["fields"]:  # a run that wrote no trace (out of memory at its first step)
+        raise WorkbenchError(f"{name}: no trace")
     got = {k: v["value"] for k, v in model["fields"].items()}
     rows = []
     kind_true = truth.get("kind", "transformer")

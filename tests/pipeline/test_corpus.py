@@ -106,3 +106,18 @@ def test_committed_runs_carry_no_machine_paths():
                 continue
             text = gzip.open(f, "rt", errors="replace").read() if f.suffix == ".gz" else f.read_text(errors="replace")
             assert not machine.search(text), f"{f.relative_to(ROOT)}: {machine.search(text).group(0)}…"
+
+
+@pytest.mark.unit
+def test_trim_keeps_the_expert_load_whole_and_the_step_rows_short(tmp_path):
+    """A trimmed fixture's expert load is every (step, layer, expert) row the capture wrote: a cut one
+    changes the diagnosis (a layer's max/mean from a part of its experts)."""
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    rows = "".join(f"2,model.layers.{i // 64}.mlp.gate,{i % 64},{i}\n" for i in range(128))
+    (run / "experts_rank0.csv").write_text("step,layer,expert,tokens\n" + rows)
+    (run / "steps_rank0.csv").write_text("step,step_ms\n" + "".join(f"{i},1.0\n" for i in range(100)))
+    TABLE.trim(tmp_path / "runs", tmp_path / "out")
+    assert (tmp_path / "out" / "x" / "experts_rank0.csv").read_text() == (run / "experts_rank0.csv").read_text()
+    assert len((tmp_path / "out" / "x" / "steps_rank0.csv").read_text().splitlines()) == TABLE.KEEP_CSV_ROWS + 1

@@ -129,25 +129,37 @@ def test_a_one_gpu_run_is_offered_no_zero_stage_on_its_one_replica():
 
 
 HF_RUNS = ["moe_qwen3_cpu", "moe_mixtral_cpu", "moe_olmoe_cpu", "moe_deepseek_v3_cpu", "moe_gpt_oss_cpu", "dense_qwen3_cpu"]
+TRAINER_RUNS = [f"corpus/hf_trainer_{f}_cpu" for f in ("qwen3_moe", "deepseek_v3", "olmoe", "qwen3", "qwen3_eager_ac",
+                                                      "deepseek_v3_eager_ac")]
 
 
-@pytest.mark.committed
-@pytest.mark.parametrize("run", HF_RUNS)
-def test_the_planner_models_the_runs_own_model(run):
-    """The Hugging Face CPU runs (benchmarks/hf_train.py, each printing its own truth): the model the
-    planner builds from the run's model block has the script's parameters, total and active, within
-    1 % — the experts gated as the traces' expert parameters say (SwiGLU: 3 matrices each), latent
-    attention with the rotary width the traces show, no head_dim taken as hidden / heads."""
+def _truth(run: str) -> dict:
+    """The run's true model: the model directory's ``truth.json`` (the corpus's Trainer runs), else
+    the ``truth:`` line benchmarks/hf_train.py printed."""
     import json
     import re
 
+    if (TRACES / run / "truth.json").exists():
+        return json.loads((TRACES / run / "truth.json").read_text())["fields"]
+    return json.loads(re.search(r"^truth: (\{.*\})$", (TRACES / run / "console.log").read_text(), re.M).group(1))
+
+
+@pytest.mark.committed
+@pytest.mark.parametrize("run", HF_RUNS + TRAINER_RUNS)
+def test_the_planner_models_the_runs_own_model(run):
+    """The Hugging Face CPU runs (benchmarks/hf_train.py printing its own truth; the Trainer's script,
+    unmodified, beside the truth of the model directory it loaded): the model the planner builds from
+    the run's model block has the script's parameters, total and active, within 1 % — the experts
+    gated as the traces' expert parameters say (SwiGLU: 3 matrices each), latent attention with the
+    rotary width the traces show, no head_dim taken as hidden / heads, a tied table once."""
     from workbench.calibration.from_run import analysis_of
 
-    truth = json.loads(re.search(r"^truth: (\{.*\})$", (TRACES / run / "console.log").read_text(), re.M).group(1))
+    truth = _truth(run)
     m = run_model(analysis_of(TRACES / run), name=run).model
     assert m.params() == pytest.approx(truth["params_total"], rel=0.01)
     assert m.params_active() == pytest.approx(truth["params_active"], rel=0.01)
     assert (m.experts or 0) == (truth.get("experts") or 0) and m.head_dim == truth["head_dim"]
+    assert m.tied == truth["tied"] and (m.top_k or 0) == (truth.get("top_k") or 0)
 
 
 @pytest.mark.committed
