@@ -127,9 +127,9 @@ def print_plan(doc: dict, con, notes=None) -> None:
     from workbench.format.terminal import fitted
 
     m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
-    moe = f", {m['experts']} experts top-{m['top_k']}, {m['params_active'] / 1e9:.2f}B active" if m.get("experts") else ""
+    moe = f", {m['experts']} experts top-{m['top_k']}, {_count(m['params_active'])} active" if m.get("experts") else ""
     con.print(line("[bold]{}[/]: {}", m["name"],
-                   f"{m['params'] / 1e9:.2f}B parameters (L {m['layers']}, h {m['hidden']}, "
+                   f"{_count(m['params'])} parameters (L {m['layers']}, h {m['hidden']}, "
                    f"a {m['heads']}, V {m['vocab']}, s {m['seq']}{moe}) on {c['gpus']} x {c['gpu']} "
                    f"({c['gpus_per_node']} per node, {c['memory_gib']:.0f} GiB; links {c['intra_node_gbps']:.0f} / "
                    f"{c['inter_node_gbps']:.0f} Gbit/s), global batch {doc['global_batch']} "
@@ -225,6 +225,14 @@ def print_from_run(fr: dict, con) -> None:
             note = f" — {a['note']}" if a.get("note") else ""
             con.print(plain(f"  {gpus}: {a['layout_key']}: {_num(a['step_ms'])} ms{anchored}, "
                             f"{_num(a['memory_gib'])} GiB, {a['speedup_per_gpu']:.2f}x per GPU{note}"))
+
+
+def _count(n: float) -> str:
+    """A parameter count as people write it: 8.03B, 46.7M, 125K (a tiny model is not "0.00B")."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}" if n < 100 * div else f"{n / div:,.0f}{unit}"
+    return f"{n:,.0f}"
 
 
 def _num(x: float | None) -> str:
