@@ -32,4 +32,4 @@ serve:
 TEST_WORKERS ?= auto
 
 test: install browser
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
