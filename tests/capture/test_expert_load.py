@@ -121,3 +121,28 @@ def test_a_profiled_engine_job_records_the_planted_load(tmp_path):
         per = df.pivot_table(index=["step", "layer"], columns="expert", values="tokens")
         assert sorted({layer for _, layer in per.index}) == ["blocks.0.moe", "blocks.1.moe"]
         assert (per[0] == 256).all() and (per.sum(axis=1) == 512).all()
+
+
+
+@pytest.mark.unit
+def test_no_global_hook_once_the_job_compiled(tmp_path):
+    """torchtitan compiles each block with fullgraph=True: the global module hook installed for the
+    recorded window was called from inside the compiled blocks, compiled by dynamo as a frame of its
+    own guarded on each block's id, recompiled past dynamo's limit — a hard failure of the job (torch
+    2.11 on an H200, Llama 3.2 1B under torchtitan; torch 2.13 on CPU does not reproduce it). Once
+    the process has compiled anything, the window adds no global hook: compiled experts go uncounted."""
+    import torch._dynamo
+
+    hooks = nn.modules.module._global_forward_pre_hooks
+    torch._dynamo.reset()
+    rec = ExpertLoad(tmp_path, 0)
+    rec._install()
+    assert len(hooks) == 1  # nothing compiled yet: the recorder meets modules through one global hook
+    rec._remove()
+    torch.compile(nn.Linear(4, 4), backend="eager", fullgraph=True)(torch.randn(2, 4))
+    rec._install()
+    try:
+        assert len(hooks) == 0
+    finally:
+        rec.close()
+        torch._dynamo.reset()

@@ -32,6 +32,8 @@ def test_a_failure_anywhere_keeps_what_was_recorded_and_gets_a_verdict(tmp_path,
         events = load_json_trace(out / "rank0.pt.trace.json.gz")["traceEvents"]
         marked = sorted(int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
         assert marked == ([2, 3] if step == 3 else [2, 3, 4])  # the failed step's partial range is kept
+        # ... and marked as the step the job failed in, so that analysis does not take it for a step
+        assert load_json_trace(out / "rank0.pt.trace.json.gz").get("workbench_unfinished_step") == (str(step) if step == 3 else None)
     rows = pd.read_csv(out / "steps_rank0.csv")
     assert rows["step"].tolist() == list(range(step))  # every completed step, none of the failed one
     memory = out / "memory_rank0.json"
@@ -42,6 +44,8 @@ def test_a_failure_anywhere_keeps_what_was_recorded_and_gets_a_verdict(tmp_path,
     j = json.loads(a.stdout)
     assert j["diagnoses"][0]["id"] == "out_of_memory" and j["diagnoses"][0]["evidence"]["step"] == step
     assert j["verdict"].startswith("out_of_memory:")
+    if trace is not None:  # the steps analysed are whole ones: the failed step's partial range is none of them
+        assert j["summary"]["steps"] == (1 if step == 3 else 3)
 
 
 def test_a_slow_first_step_gives_way_to_iterations(tmp_path):

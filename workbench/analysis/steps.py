@@ -46,11 +46,15 @@ def host_step_windows(trace: Trace) -> pd.DataFrame:
     # the GPU copy of the annotation (cat gpu_user_annotation) spans the kernels, not the step
     marked = ev[classify(trace).step & ~ev["is_gpu"].to_numpy() & cat_mask(ev["cat"], lambda c: c != kineto.GPU_ANNOTATION)]
     if not marked.empty:
-        return pd.DataFrame({
+        out = pd.DataFrame({
             "step": marked["name"].astype(str).str.extract(kineto.PROFILER_STEP.pattern, expand=False).astype(int).to_numpy(),
             "start_us": marked["ts_us"].to_numpy(),
             "end_us": (marked["ts_us"] + marked["dur_us"]).to_numpy(),
         }).sort_values("step", ignore_index=True)
+        cut = getattr(trace, "unfinished_step", None)
+        if cut is not None and (out["step"] != cut).any():  # the step the job failed in: no step's measure
+            out = out[out["step"] != cut].reset_index(drop=True)
+        return out
     return pd.DataFrame({"step": [-1], "start_us": [ev["ts_us"].min()], "end_us": [(ev["ts_us"] + ev["dur_us"]).max()]})
 
 

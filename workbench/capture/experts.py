@@ -26,6 +26,7 @@ expert, tokens; no file when no MoE layer ran in the window.
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,18 @@ def _clean(name: str) -> str:
     for p in _WRAPPER_PREFIXES:
         name = name.replace(p, "")
     return name
+
+
+def _compiled_anything() -> bool:
+    """Whether torch.compile has compiled a frame in this process (dynamo's own counters)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None) or {}
+    return bool(counters.get("frames", {}).get("ok", 0) or counters.get("stats", {}).get("unique_graphs", 0))
+
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing the caller (then a hook must leave no trace in the graph)."""
+    return torch.compiler.is_compiling()
 
 
 def _in_backward() -> bool:
@@ -118,6 +131,8 @@ class ExpertLoad:
             self._file = None
 
     def _install(self) -> None:
+        if _compiled_anything():  # a new global hook would make dynamo recompile every compiled region
+            return                # inside the recorded window: the capture's cost, not the job's
         self._global = nn.modules.module.register_module_forward_pre_hook(self._meet)
 
     def _remove(self) -> None:
@@ -132,8 +147,11 @@ class ExpertLoad:
 
     # ---- hooks -------------------------------------------------------------------------------
     def _meet(self, module: nn.Module, args) -> None:
-        # one dict lookup per module call inside the window; a module never met is a new root
-        if id(module) in self._named:
+        # one dict lookup per module call inside the window; a module never met is a new root.
+        # Inside a region torch.compile traces (torchtitan compiles each block, fullgraph=True) the
+        # hooks do nothing: traced, the lookup would guard on each module's id and recompile every
+        # block past dynamo's limit, a hard failure of the user's job; compiled experts go uncounted
+        if _compiling() or id(module) in self._named:
             return
         owners: list[str] = []
         for name, m in module.named_modules():
@@ -152,11 +170,11 @@ class ExpertLoad:
         self._layers[id(m)] = layer
 
         def pre(mod, args):
-            if not _in_backward():
+            if not _compiling() and not _in_backward():
                 layer.before = mod.tokens_per_expert.detach().clone()
 
         def post(mod, args, out):
-            if layer.before is not None and not _in_backward():
+            if not _compiling() and layer.before is not None and not _in_backward():
                 layer.add(mod.tokens_per_expert.detach() - layer.before)
                 layer.before = None
 
@@ -166,7 +184,7 @@ class ExpertLoad:
         self._layers[id(m)] = layer
 
         def post(mod, args, out):
-            if _in_backward():
+            if _compiling() or _in_backward():
                 return
             ids = _top_k_ids(out, mod.top_k)
             if ids is None:

@@ -195,20 +195,28 @@ class MemoryRecorder:
 
 
 def failure_phase(exc: BaseException) -> str | None:
-    """Where in the iteration ``exc`` was raised, from its traceback: ``backward`` (inside autograd's
-    engine: torch/autograd), ``optimizer`` (inside torch/optim), ``communication`` (inside
-    torch.distributed: a collective the script called), ``forward`` (inside a module's call), or
-    None (elsewhere: data loading, the script's own code)."""
+    """Where in the iteration ``exc`` was raised, from its traceback's innermost frame that says:
+    ``backward`` (autograd's engine: torch/autograd), ``optimizer`` (torch/optim), ``communication``
+    (a collective: torch.distributed's c10d or functional collectives), ``forward`` (a module's call),
+    or None (elsewhere: data loading, the script's own code). Innermost first: a trainer's entry
+    point wrapped by torch.distributed.elastic's ``@record`` (torchtitan's, torchrun scripts') is on
+    every traceback and says nothing of where the step was."""
     tb = exc.__traceback__
     seen = []
     while tb is not None:
         seen.append(tb.tb_frame.f_code.co_filename.replace(os.sep, "/"))
         tb = tb.tb_next
-    for marker, phase in (("/torch/autograd/", "backward"), ("/torch/optim/", "optimizer"),
-                          ("/torch/distributed/", "communication"), ("/torch/nn/modules/module.py", "forward")):
-        if any(marker in f for f in seen):
-            return phase
+    for f in reversed(seen):
+        for marker, phase in _PHASES:
+            if marker in f:
+                return phase
     return None
+
+
+_PHASES = (("/torch/autograd/", "backward"), ("/torch/optim/", "optimizer"),
+           ("/torch/distributed/distributed_c10d.py", "communication"),
+           ("/torch/distributed/_functional_collectives", "communication"),
+           ("/torch/nn/modules/module.py", "forward"))
 
 
 def describe_exit(exc: BaseException) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def run_captured(session, target, *, reraise: bool = False) -> int:
             guard.restore()
             return code
         children.remove()
-        session.stop(say_no_step=code == 0)
+        session.stop(say_no_step=code == 0, failed=code != 0)
         if not session.handed_over:  # else the spawned ranks report
             _write_status(session, code, error, guard, stopped, failure)
         guard.restore()

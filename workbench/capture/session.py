@@ -302,11 +302,12 @@ class CaptureSession:
                 pass
         say(f"workbench: the script spawns {nprocs} process(es) with torch.multiprocessing: each is captured as a rank")
 
-    def stop(self, *, say_no_step: bool = True) -> None:
+    def stop(self, *, say_no_step: bool = True, failed: bool = False) -> None:
         """Stop everything; a profiler stopped mid-cycle still writes what it recorded (not once the
         session handed its rank over: the trace of waiting for the spawned ranks is no rank's).
         ``say_no_step``: say why no step was recorded, if none was (not after the script failed:
-        its own error says why)."""
+        its own error says why). ``failed``: the script raised; the step in progress is marked in
+        the trace (``workbench_unfinished_step``) so that analysis does not take it for a step."""
         global _ACTIVE
         if self.forked:  # a child the script forked: the parent's capture, not ours to end
             _ACTIVE = None
@@ -319,6 +320,11 @@ class CaptureSession:
         self._unwatch_scripts_profiler()
         if self._prof is not None:
             prof, self._prof = self._prof, None
+            if failed:
+                try:
+                    prof.add_metadata("workbench_unfinished_step", str(prof.step_num))
+                except Exception:  # an old torch, a profiler not recording: the trace is still written
+                    pass
             try:
                 prof.stop()
             except Exception as e:  # never hide the script's own error behind ours

@@ -46,6 +46,8 @@ class _Trace(msgspec.Struct, gc=False):
     deviceProperties: Any = None
     baseTimeNanoseconds: Any = None
     schemaVersion: Any = None
+    workbench_unfinished_step: Any = None
+    """The step the job failed in (workbench's capture: ``prof.add_metadata`` before it stops)."""
 
 
 # JSON integers have no size limit and msgspec decodes any of them into ``int``; the columns are

@@ -110,6 +110,9 @@ class Trace:
     Unix time in µs; otherwise it is the reference rank's trace clock."""
     clock_source: str = "none"
     """How ``clock_offset_us`` was found: ``baseTimeNanoseconds``, ``first_step`` or ``none``."""
+    unfinished_step: int | None = None
+    """``N`` of the ``ProfilerStep#N`` the job failed in (workbench's capture marks it): that step
+    ended with the error, not at an optimizer step, so it is no step's measure (steps leave it out)."""
     notes: list[str] = field(default_factory=list)
     """What the loader found implausible and set right (workbench.load.sanity, the header), one
     line each; the run's warnings carry them."""
@@ -508,6 +511,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
         threads=cols.threads,
         base_time_ns=as_int(doc.baseTimeNanoseconds, lo=1),
         first_step=first_step,
+        unfinished_step=as_int(doc.workbench_unfinished_step, lo=0),
         notes=notes,
     )
 
