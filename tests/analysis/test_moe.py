@@ -92,6 +92,10 @@ def test_a_tied_table_counts_once_and_head_dim_is_not_hidden_over_heads():
     assert value(m, "ffn") == 1216 and value(m, "gated") is True
     assert value(m, "model_flops_per_token") == 6 * t["params_total"] + 12 * 4 * 8 * 64 * 128
     assert "experts" not in m["fields"] and doc("dense_qwen3_cpu")["efficiency"]["moe"] is None
+    # torchtitan's own count leaves the tied table out altogether (its "embedding" name filter)
+    conv = doc("dense_qwen3_cpu")["efficiency"]["mfu_by_convention"]
+    assert conv["nanogpt"]["model_flops_per_token"] == value(m, "model_flops_per_token")
+    assert conv["torchtitan"]["model_flops_per_token"] == value(m, "model_flops_per_token") - 6 * 2048 * 320
 
 
 def test_latent_attention_and_a_shared_expert():

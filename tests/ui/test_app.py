@@ -273,7 +273,7 @@ def test_efficiency_page_on_a_bf16_gpt_shows_its_mfu(monkeypatch):
     # MFU (the model's FLOPs, the convention named) beside HFU (what the trace executed)
     m = {x.label: x.value for x in at.metric}
     assert eff["mfu_source"] == "model" and m["HFU"] == f"{eff['hfu_pct']:,.1f}%" and m["HFU"] != m["MFU"]
-    assert any("torchtitan: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq" in c.value for c in at.caption)
+    assert any("nanogpt: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq" in c.value for c in at.caption)
     model = next(f.value for f in at.table if "confidence" in f.value.columns)
     fields = {unescaped(k): unescaped(v) for k, v in zip(model.index, model["value"])}
     assert fields["layers"] == "8" and fields["recompute"] == "none" and "model_flops_per_token" in fields
@@ -291,8 +291,8 @@ def test_efficiency_page_on_a_cpu_moe_run_names_its_convention_and_the_experts_s
     at = open_page(monkeypatch, "efficiency_page", "moe_deepseek_v3_cpu")
     eff = analyze_run(TRACES / "moe_deepseek_v3_cpu").efficiency_json()
     conv = next(f.value for f in at.dataframe if "convention" in f.value.columns)
-    assert list(conv["convention"]) == ["torchtitan", "megatron", "palm"]
-    assert conv["model FLOPs per token"][0] == f"{eff['mfu_by_convention']['torchtitan']['model_flops_per_token']:,}"
+    assert list(conv["convention"]) == ["nanogpt", "torchtitan", "megatron", "palm"]
+    assert conv["model FLOPs per token"][0] == f"{eff['mfu_by_convention']['nanogpt']['model_flops_per_token']:,}"
     m = {x.label: x.value for x in at.metric}
     assert m["Routing"] == f"{eff['moe']['routing_pct']:,.1f}%" and m["Dispatch / combine"] == f"{eff['moe']['dispatch_pct']:,.1f}%"
     model = next(f.value for f in at.table if "confidence" in f.value.columns)

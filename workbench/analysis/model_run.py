@@ -31,7 +31,8 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
         return max(cands, key=lambda c: _rank(c["confidence"])) if cands else None
 
     f = out["fields"]
-    for name in ("seq", "micro_batch", "micro_batches", "head_dim", "v_head_dim", "attention", "q_lora_rank", "kv_lora_rank",
+    for name in ("seq", "micro_batch", "micro_batches", "head_dim", "v_head_dim", "attention", "qk_norm", "q_lora_rank",
+                 "kv_lora_rank",
                  "qk_rope_head_dim",
                  "experts", "top_k", "shared_experts", "vocab", "tied", "gated", "dtype", "recompute", "recompute_fraction",
                  "optimizer", "hidden"):

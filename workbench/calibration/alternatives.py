@@ -357,9 +357,10 @@ def planned_memory(case: RunCase) -> dict:
                       "buckets, bf16 weight copies, gathered parameters)"}
 
 
-UNANCHORED = ("the planner on the model inferred from the run's traces, calibrated on its kernels where they were "
-              "recorded; not anchored on a measured step or peak: the run failed before a full step (its peak is the "
-              "failure's)")
+UNANCHORED = ("the planner on the model inferred from the run's traces, calibrated on its kernels' rates where they "
+              "were recorded (matmuls, attention, memory-bound kernels; the host's pace and the optimizer's at their "
+              "defaults: a run's first steps set up its state and time neither); not anchored on a measured step or "
+              "peak: the run failed before a steady step (its peak is the failure's)")
 
 
 def failed_run_alternatives(case: RunCase, limit: int = 3) -> list[Alternative]:
@@ -367,7 +368,10 @@ def failed_run_alternatives(case: RunCase, limit: int = 3) -> list[Alternative]:
     model (:func:`alternatives`, goal ``memory``), unanchored — the failed run measured no full step,
     and the memory it held when it failed is not its peak — keeping those that leave
     :data:`SAFE_HEADROOM` free, fastest first."""
-    bare = replace(case, measured_step_ms=None, measured_peak_bytes=None, data_wait_ms=0.0)
+    defaults = Efficiencies()
+    kernels_only = replace(case.efficiencies, host_s_per_kernel=defaults.host_s_per_kernel,
+                           kernels_per_layer=defaults.kernels_per_layer, optimizer=defaults.optimizer)
+    bare = replace(case, efficiencies=kernels_only, measured_step_ms=None, measured_peak_bytes=None, data_wait_ms=0.0)
     alts = [a for a in alternatives(bare, "memory", limit=limit + 3) if not a.tight]
     for a in alts:
         a.basis = UNANCHORED

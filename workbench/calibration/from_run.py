@@ -218,7 +218,7 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
                                  f"workbench plan L=…,h=…,a=…,V=…,s=…[,ffn=…,kv=…,gated=1] --from-run {run.path or 'RUN'}")
         shape = {k: _int(f, k) for k in SHAPE_FIELDS}
         shape = {k: v for k, v in shape.items() if v is not None}
-        shape.update({k: bool(f[k]) for k in ("gated", "tied") if isinstance(f.get(k), bool)})
+        shape.update({k: bool(f[k]) for k in ("gated", "tied", "qk_norm") if isinstance(f.get(k), bool)})
         if shape.get("experts") and "moe_ffn" not in shape and "ffn" in shape and not (
                 _int(f, "dense_layers") or (_int(f, "moe_layers") or shape["layers"]) < shape["layers"]):
             shape["moe_ffn"] = shape.pop("ffn")  # every block a mixture: the width the traces show is the experts'
@@ -230,7 +230,7 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
             raise WorkbenchError(f"{name}: the model its traces show cannot be planned ({str(e).split(': ', 1)[-1]}); "
                                  f"give it as MODEL: workbench plan L=…,h=…,a=…,V=…,s=… --from-run "
                                  f"{run.path or 'RUN'}") from None
-        taken.update({k: full[k] for k in (*REQUIRED, *SHAPE_FIELDS, "gated", "tied", "dense_layers", "moe_layers",
+        taken.update({k: full[k] for k in (*REQUIRED, *SHAPE_FIELDS, "gated", "tied", "qk_norm", "dense_layers", "moe_layers",
                                            "attention", "params_total", "params_active") if k in full})
         norms = "weight and bias" if extra["norm"] == "layernorm" else "weight only"
         assumed.insert(0, f"position table {'learned' if extra['learned_pos'] else 'none (rotary)'}, "

@@ -57,8 +57,8 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
         "hfu_pct", "hfu_bf16_pct",      # the trace's executed FLOPs (recomputation included)
         "mfu_source": "model"|"trace", "mfu_convention": str, "mfu_note": str|null,
         "model_flops_per_step": float|null,
-        "mfu_by_convention": {NAME: {"formula", "model_flops_per_token", "mfu_pct"}},  # torchtitan (the
-                                        # headline's), megatron, palm (analysis.model.conventions)
+        "mfu_by_convention": {NAME: {"formula", "model_flops_per_token", "mfu_pct"}},  # nanogpt (the
+                                        # headline's), torchtitan, megatron, palm (analysis.model.conventions)
         "moe": {"expert_gemm_pct", "routing_pct", "dispatch_pct", "source", …} | null,  # a mixture of
                                         # experts' shares of the step (analysis.moe_time)
         "dtype_flops_pct": {dtype: float},  # share of the FLOPs per dtype that ran
@@ -123,6 +123,8 @@ SCHEMA_NOTES = (
                             "dispatch shares of the step); model.expert_load; model fields of mixtures of experts and "
                             "latent attention (experts, top_k, shared_experts, moe_ffn, moe_layers, dense_layers, "
                             "params_active, v_head_dim, attention, q_lora_rank, kv_lora_rank), layout.ep"),
+    ("workbench.analyze/1", "+ efficiency.mfu_by_convention.nanogpt, the headline's convention (torchtitan's entry "
+                            "now its own count: a tied table left out); model.fields.qk_norm"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -268,8 +270,9 @@ class Efficiency:
     model_flops_per_step: float | None = None
     mfu_note: str | None = None
     mfu_by_convention: dict[str, dict] = field(default_factory=dict)
-    """Each convention's model FLOPs per token and MFU (analysis.model.conventions): torchtitan's
-    is the headline ``mfu_pct``; megatron's halves causal attention; palm's."""
+    """Each convention's model FLOPs per token and MFU (analysis.model.conventions): nanogpt's
+    is the headline ``mfu_pct``; torchtitan's leaves a tied table out; megatron's halves causal
+    attention; palm's."""
     moe: dict | None = None
     """A mixture of experts' shares of the step: expert GEMMs, routing, dispatch/combine."""
     dtype_flops_pct: dict[str, float] = field(default_factory=dict)

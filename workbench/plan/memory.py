@@ -88,6 +88,8 @@ def layer_terms(m: ModelSpec, stack: Stack, layout: Layout, recompute: str | Non
     fixed += stats * (1 / layout.tp if sp else 1)
     whole(stack.cast_copies * c)                # q/k/v input: the norm's output as the matmuls saved it
     shd += c * m.qkv_out / m.hidden             # q, k, v (kept by the attention kernel)
+    if m.qk_norm:  # a norm over each head's q and k (Qwen3): fp32 under autocast, its input and output saved
+        shd += 8.0 * (m.heads + m.kv) * m.d_head / m.hidden
     if stack.flash_attention:
         if recompute != "selective":
             shd += c * m.attn_out / m.hidden    # attention output O, heads x v_head_dim (+ log-sum-exp per head)

@@ -55,8 +55,9 @@ def convention_section(eff) -> None:
     """Model FLOPs per token (and MFU) by each convention; the headline's is named first."""
     if not eff.mfu_by_convention:
         return
-    st.markdown("**MFU by convention** — the headline counts torchtitan's (nanoGPT's for a dense model); "
-                "Megatron-LM halves causal attention; PaLM's appendix B counts the query head dim twice.")
+    st.markdown("**MFU by convention** — the headline counts nanoGPT's (torchtitan's for an untied head: "
+                "torchtitan leaves a tied table out); Megatron-LM halves causal attention; PaLM's appendix B "
+                "counts the query head dim twice.")
     st.dataframe(pd.DataFrame([{"convention": name, "model FLOPs per token": f"{c['model_flops_per_token']:,}",
                                 "MFU (%)": _num(c.get("mfu_pct"), "", 2), "formula": c["formula"]}
                                for name, c in eff.mfu_by_convention.items()]), hide_index=True, width="stretch")

@@ -39,7 +39,7 @@ def overview_page() -> None:
                    help="share of the step the GPU runs kernels or copies" if gpu else
                    "CPU run: share of the step the main thread computes")
     cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation, as `workbench analyze` reports it: the model's "
-                   "FLOPs (torchtitan's convention: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq per token, the model inferred from the trace) × tokens per step at the device's "
+                   "FLOPs (nanoGPT's convention: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq per token, the model inferred from the trace) × tokens per step at the device's "
                    "dense peak ÷ the job's step; the trace's executed FLOPs where the model cannot be inferred (Efficiency "
                    "page: MFU and HFU)")
     cols[3].metric("Exposed comm", _fmt(h.exposed_comm_pct, "%", 0), help="communication not hidden by compute, share of the step")

@@ -15,10 +15,16 @@ v_head_dim)``).
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from workbench.analysis.flops import ATTENTION
 from workbench.analysis.model.context import FWD_ATTENTION, Candidates, Context, field, median
+
+QK_NORM_OPS = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::layer_norm", "aten::native_layer_norm", "aten::pow")
+"""Ops a per-head query/key norm runs as: torch's norms, or an eager RMSNorm's ``x.pow(2).mean(-1)``
+(Hugging Face's Qwen3RMSNorm) over ``[batch, seq, heads, head_dim]``."""
 
 FLASH_ATTN = ("flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_forward")
 """The flash-attn package's forward ops: q ``[batch, seq, heads, dim]`` (varlen: ``[tokens, heads, dim]``)."""
@@ -155,7 +161,29 @@ def attention_heads(ctx: Context, f: Candidates) -> Candidates:
     kvh = out["kv_heads"]["value"]
     kind = "MHA" if kvh == h else "MQA" if kvh == 1 else "GQA"
     out["attention"] = field(kind, f"{h} query heads, {kvh} KV head{'s' if kvh > 1 else ''}", out["kv_heads"]["confidence"])
+    if n_layers:
+        out.update(_qk_norm(ctx, hd, {h, kvh}, n_layers))
     return out
+
+
+def _qk_norm(ctx: Context, head_dim: int, heads: set[int], layers: int) -> Candidates:
+    """``qk_norm``: a norm over each head's query and key (Qwen3, OLMo 2, Gemma 3) — forward norm
+    ops (:data:`QK_NORM_OPS`) whose input is ``[batch, seq, heads, head_dim]`` (or heads before
+    seq), at least one per attention layer. The planner counts what they save (fp32 under autocast)."""
+    a = ctx.first_pass_args(QK_NORM_OPS)
+    hits = Counter()
+    for name, x in zip(a["name"], a["args"]):
+        d = x.dims[0] if x.dims and x.dims[0] else ()
+        if len(d) == 4 and d[-1] == head_dim and (d[2] in heads or d[1] in heads):
+            hits[name] += 1
+    passes = max(1, getattr(ctx, "passes_before", 1) or 1)
+    if hits and max(hits.values()) >= layers * passes:
+        name, n = hits.most_common(1)[0]
+        return {"qk_norm": field(True, f"{n} {name} over [.., heads, {head_dim}] in the first forward ({layers} layers)")}
+    if len(a) >= layers:  # the model's norms are in the trace, none over a head's width
+        return {"qk_norm": field(False, f"{len(a)} norm ops in the first forward, none over a head's width ({head_dim})")}
+    return {"qk_norm": field(False, f"no norm op in the first forward shows a head's width ({head_dim}): fused norms "
+                                    "hide it", "medium")}
 
 
 def _latent(ctx: Context, heads: int, head_dim: int, v_head_dim: int | None) -> tuple[Candidates, str | None]:

@@ -25,13 +25,13 @@ from workbench.analysis.model.recompute import recompute
 from workbench.load.trace import Trace
 
 FIELDS = ("params_total", "params_active", "params_embedding", "params_non_embedding", "layers", "hidden", "heads",
-          "kv_heads", "head_dim", "v_head_dim", "attention", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn",
+          "kv_heads", "head_dim", "v_head_dim", "attention", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn",
           "gated", "experts",
           "top_k", "shared_experts", "moe_ffn", "moe_layers", "dense_layers", "vocab", "tied", "seq", "micro_batch",
           "micro_batches", "tokens_per_step", "global_tokens_per_step", "dtype", "recompute", "recompute_fraction",
           "layout", "optimizer", "model_flops_per_token")
 """The names of the ``model.fields`` block, in the order the JSON lists them."""
-TRANSFORMER_FIELDS = frozenset({"layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "attention",
+TRANSFORMER_FIELDS = frozenset({"layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "attention", "qk_norm",
                                 "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn", "gated", "experts", "top_k", "shared_experts",
                                 "moe_ffn", "moe_layers", "dense_layers", "vocab", "tied", "seq", "params_embedding",
                                 "params_non_embedding", "model_flops_per_token", "tokens_per_step",
