@@ -332,7 +332,39 @@ ENTRIES: list[Entry] = [
           ("3b_none", "3B", "none", (), ("low_mfu",)),
           ("3b_selective", "3B", "selective", ("--activation_checkpoint.selective_ac_option", "op"), ("low_mfu",)),
           ("3b_full", "3B", "full", (), ("low_mfu",)),
-          ("8b_full", "8B", "full", (), ("oom_risk", "low_mfu")))),
+          ("8b_full", "8B", "full", (), ("oom_risk", "low_mfu")),
+          ("8b_selective", "8B", "selective", ("--activation_checkpoint.selective_ac_option", "op"), ("oom_risk",)))),
+    # the same trainer on today's families (torchtitan's own qwen3 / deepseek_v3 models; the MoE flavors
+    # shortened to 6 layers by benchmarks/torchtitan_prepare.sh's wb_moe_flavors): its log prints MFU
+    # from the active parameters (get_moe_model_nparams_and_flops), a tied table left out
+    *(Entry(name=f"torchtitan_{tag}_gpu", repo="pytorch/torchtitan", path="torchtitan/train.py", kind="gpu", gpus=1,
+            nproc=1, args=("--model.name", family, "--model.flavor", flavor, "--activation_checkpoint.mode", "none",
+                           *extra, "--training.seq_len", "4096", "--training.local_batch_size", str(batch)),
+            profile_args=("--schedule", "6,2,3"), expect=expect, expect_absent=("fp32_matmul",),
+            made_by="benchmarks/torchtitan_gpu.sh",
+            why=f"torchtitan v0.2.2, {family} {flavor}, batch {batch} x 4096, no recomputation; its log prints MFU "
+                "(6·N_active + 6·L·heads·(qk + v head dims)·s per token, 989 TFLOP/s) and tokens/s")
+      for tag, family, flavor, extra, batch, expect in (
+          ("qwen3_moe", "qwen3", "30B-A3B-6L", ("--experimental.custom_import", "wb_moe_flavors"), 2,
+           ("expert_imbalance", "low_mfu")),
+          ("dsv3_16b", "deepseek_v3", "16B-6L", ("--experimental.custom_import", "wb_moe_flavors"), 2,
+           ("expert_imbalance", "low_mfu")),
+          ("qwen3_1p7b", "qwen3", "1.7B", (), 4, ("low_mfu",)),
+          ("qwen3_0p6b", "qwen3", "0.6B", (), 4, ("low_mfu",)))),
+    # Llama 3.2 3B compiled block by block with max-autotune: a first step of 144 s (issue 31)
+    Entry(name="torchtitan_3b_compiled_gpu", repo="pytorch/torchtitan", path="torchtitan/train.py", kind="gpu", gpus=1,
+          nproc=1, args=("--model.flavor", "3B", "--activation_checkpoint.mode", "none", "--compile.enable"),
+          env={"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}, profile_args=("--schedule", "6,2,3"), expect=("low_mfu",),
+          expect_absent=("fp32_matmul", "unfused_elementwise"), made_by="benchmarks/torchtitan_gpu.sh",
+          why="torchtitan v0.2.2, Llama 3.2 3B shape, batch 1 x 8192, torch.compile of each block and the loss with "
+              "inductor's max-autotune: its first step (compilation and autotuning) takes 144 s"),
+    # Llama 3 8B without recomputation at 8192 tokens: out of memory in its second step (issue 31)
+    Entry(name="torchtitan_8b_none_oom_gpu", repo="pytorch/torchtitan", path="torchtitan/train.py", kind="gpu", gpus=1,
+          nproc=1, args=("--model.flavor", "8B", "--activation_checkpoint.mode", "none"),
+          profile_args=("--schedule", "0,0,2", "--memory-history", "100000"), expect=("out_of_memory",),
+          made_by="benchmarks/torchtitan_gpu.sh",
+          why="torchtitan v0.2.2, Llama 3 8B, batch 1 x 8192, no recomputation: CUDA out of memory in step 1's "
+              "forward (138.41 GiB of 139.80 allocated); its first step recorded"),
     Entry(name="fsdp2_example_gpu", repo="pytorch/examples", path="distributed/FSDP2/example.py", kind="gpu",
           gpus=2, nproc=2, args=("--mixed-precision",),
           why="FSDP2 fully_shard + MixedPrecisionPolicy over NCCL; needs 2 GPUs (nvidia-h200-x2)"),

@@ -10,6 +10,11 @@
 #        packs are back): 8B without recomputation at seq 8192 runs out of memory in its second step
 #        (recorded from step 0, --schedule 0,0,2, with --memory-history), and the alternatives the
 #        workbench offers for it (8b_full, 8b_selective) run and measured
+#        | 1b_compiled 3b_compiled: Llama 3.2 1B / 3B compiled with max-autotune, a first step of minutes
+#        | qwen3_0.6b qwen3_1.7b: torchtitan's Qwen3 dense flavors (tied embeddings, heads x head_dim !=
+#        dim), 4 x 4096 tokens, no recomputation | qwen3_moe dsv3_16b: MoE flavors (wb_moe_flavors:
+#        Qwen3-30B-A3B and DeepSeek 16B layers, 6 of them), 2 x 4096 tokens; torchtitan prints their
+#        MFU from active parameters (models/utils.py get_moe_model_nparams_and_flops)
 #
 # On the device machine, from the repository root, with carry
 #   [".whl", "corpus/torchtitan", "corpus/torchtitan_ext", "corpus/torchtitan_data"]
@@ -78,7 +83,7 @@ run_one() {  # name, time cap (s), torchtitan flags...
   local t=$(( cap < left ? cap : left ))
   rm -rf "$dir" "/tmp/tt_dump/$name"
   echo "=== $name $(date -u +%T) (limit $t s): $*" | tee -a "$OUT/summary.txt"
-  (cd corpus/torchtitan && timeout -s INT -k 20 "$t" python3 -m workbench profile --no-analyze \
+  (cd corpus/torchtitan && timeout -s INT -k 20 "$t" python3 -m workbench profile --no-analyze --nproc-per-node 1 \
       --schedule "$SCHEDULE" ${WB_PROFILE_ARGS:-} --out "$dir" torchtitan/train.py "${COMMON[@]}" \
       --job.dump_folder "/tmp/tt_dump/$name" "$@") > "/tmp/tt/$name.console" 2>&1
   local code=$?
@@ -107,6 +112,20 @@ for RUN in "${RUNS[@]}"; do
     8b_none_oom)   SCHEDULE=0,0,2 WB_PROFILE_ARGS="--memory-history 100000" run_one "$RUN" 120 --model.flavor 8B \
                      --activation_checkpoint.mode none ;;
     8b_selective)  run_one "$RUN" 170 --model.flavor 8B "${SEL[@]}" ;;
+    # a compiled job whose first step takes minutes (inductor's max-autotune benchmarks every matmul):
+    # auto's step source must wait for it, and the steps analysed must be iterations (issue 31)
+    1b_compiled|3b_compiled)
+                   export TORCHINDUCTOR_MAX_AUTOTUNE=1
+                   run_one "$RUN" 420 --model.flavor "$(echo ${RUN%_compiled} | tr b B)" --activation_checkpoint.mode none \
+                     --compile.enable
+                   unset TORCHINDUCTOR_MAX_AUTOTUNE ;;
+    qwen3_0.6b|qwen3_1.7b)
+                   run_one "$RUN" 90 --model.name qwen3 --model.flavor "$(echo ${RUN#qwen3_} | tr b B)" --activation_checkpoint.mode none \
+                     --training.seq_len 4096 --training.local_batch_size 4 ;;
+    qwen3_moe)     run_one "$RUN" 120 --model.name qwen3 --model.flavor 30B-A3B-6L --experimental.custom_import wb_moe_flavors \
+                     --activation_checkpoint.mode none --training.seq_len 4096 --training.local_batch_size 2 ;;
+    dsv3_16b)      run_one "$RUN" 120 --model.name deepseek_v3 --model.flavor 16B-6L --experimental.custom_import wb_moe_flavors \
+                     --activation_checkpoint.mode none --training.seq_len 4096 --training.local_batch_size 2 ;;
     *) echo "unknown run $RUN" | tee -a "$OUT/summary.txt" ;;
   esac
 done

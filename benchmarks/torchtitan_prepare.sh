@@ -39,6 +39,28 @@ llama3_args.setdefault("1B", TransformerModelArgs(
     rope_theta=500000))
 EOF
 
+# 2b. MoE and tied dense shapes torchtitan ships only at sizes one GPU cannot hold (Qwen3-30B-A3B,
+#     DeepSeek-V2-Lite 16B): the same layers, fewer of them, loaded the same way
+cat > corpus/torchtitan_ext/wb_moe_flavors.py <<'EOF2'
+"""Shorter MoE flavors for torchtitan v0.2.2, loaded with ``--experimental.custom_import wb_moe_flavors``
+(torchtitan itself is not edited). Each is a published flavor with fewer layers, so that one GPU
+holds its fp32 weights and AdamW state (16 B/param): every layer's shape is the published one.
+"""
+import dataclasses
+
+from torchtitan.models.deepseek_v3 import deepseekv3_args
+from torchtitan.models.qwen3 import qwen3_args
+
+# Qwen3-30B-A3B's layer (dim 2048, 32 heads x head_dim 128 = 4096 != dim, 4 KV heads, 128 experts
+# top-8 of width 768, no shared expert, untied) x 6 instead of 48: ~4.4B parameters, ~1.1B active
+qwen3_args.setdefault("30B-A3B-6L", dataclasses.replace(qwen3_args["30B-A3B"], n_layers=6, max_seq_len=4096))
+# DeepSeek 16B's layers (MLA with kv rank 512, q head 128+64, v 128; 64 experts top-6 of width 1408,
+# 2 shared; 1 dense layer of 10944) x 6 instead of 27, with SDPA causal attention (16B asks for
+# flex attention with a block-causal mask, compiled on first use): ~3.4B parameters
+deepseekv3_args.setdefault("16B-6L", dataclasses.replace(deepseekv3_args["16B"], n_layers=6, attn_type="sdpa",
+                                                         attn_mask_type="causal"))
+EOF2
+
 # 3. c4_test-layout text (json lines with "text"): Zipf-sampled words of torchtitan's own docs
 python3 - <<'EOF'
 import json, random, re

@@ -1,6 +1,7 @@
 """The workbench's MFU and tokens/s against torchtitan's own log on the committed torchtitan runs
 (traces/corpus/torchtitan_*: one H200, torch 2.11, torchtitan v0.2.2), over the same steps: the
-job's unprofiled steps (torchtitan's step N is the workbench's step N - 1). The engine's 1.3B runs
+job's unprofiled steps (torchtitan's step N is the workbench's step N - 1); its Qwen3 and MoE
+families beside the planner's prediction of each run (``plan --from-run``). The engine's 1.3B runs
 (traces/recompute_1p3b_*) against the engine's own step times and FLOP convention follow, then a
 Llama-shaped trainer (Hugging Face's LlamaForCausalLM and a torchtitan-style model under FSDP2,
 tests/analysis/data/llama_gpu_*) against its own timer over the steps the capture did no work in.
@@ -36,6 +37,24 @@ def main() -> int:
         e = doc["efficiency"]
         print(f"| `corpus/torchtitan_{name}_gpu` | {e['mfu_pct']:.1f} % | {mean(m for _, m in cov):.1f} % | {e['hfu_pct']:.1f} % "
               f"| {doc['metrics']['tokens_per_s']:,.0f} | {mean(t for t, _ in cov):,.0f} |")
+    from tests.analysis.test_torchtitan_families import SHAPES as FAMILIES, own as family_own, path as family_path
+    from workbench.calibration.alternatives import _predict, run_case
+
+    print("\n| run | MFU (torchtitan's convention) | torchtitan's MFU | headline MFU (nanoGPT's) | tokens/s | "
+          "torchtitan's tokens/s | plan --from-run step | peak (against reserved) |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in FAMILIES:
+        d = family_path(name)
+        doc = analyze_run(d).to_json()
+        steps, _ = family_own(name)
+        (job,) = doc["summary"]["job"]
+        cov = [steps[s] for s in unprofiled(d, job)]
+        e = doc["efficiency"]
+        case = run_case(d)
+        step_ms, peak, _ = _predict(case, case.layout, case.stack, case.global_batch, case.cluster)
+        print(f"| `corpus/torchtitan_{name}_gpu` | {e['mfu_by_convention']['torchtitan']['mfu_pct']:.2f} % | "
+              f"{mean(m for _, m in cov):.2f} % | {e['mfu_pct']:.2f} % | {doc['metrics']['tokens_per_s']:,.0f} | "
+              f"{mean(t for t, _ in cov):,.0f} | {100 * (step_ms / case.measured_step_ms - 1):+.1f} % | "
+              f"{100 * (peak / case.measured_peak_bytes - 1):+.1f} % |")
     print("\n| run | recomputation | MFU | the engine's (its step times) | HFU |\n|---|---|---:|---:|---:|")
     for run, rc in RUNS.items():
         d = TRACES / run
