@@ -94,7 +94,8 @@ def test_the_headline_counts_a_tied_table_once_as_the_head_where_torchtitan_leav
 
 def test_the_planner_predicts_the_run_it_was_calibrated_on(run):
     """``workbench plan --from-run``: step and peak within 15 % for a mixture of experts, 10 % dense
-    (measured: MoE step +14.8 % / +10.7 %, dense −0.9 % / −3.0 %; the peak against the allocator's
+    (measured: MoE step +3.0 % / +1.0 % — +14.8 % / +10.7 % before the grouped GEMMs' rate was calibrated
+    from efficiency.moe —, dense −0.9 % / −3.0 %; the peak against the allocator's
     peak reserved −7.0 % / −5.8 % MoE, −4.6 % / −5.4 % dense — against its peak allocated, as the CLI
     prints it, −0.9 % / −1.6 % and −0.2 % / +1.0 %, with the per-head q/k norm counted: −10 % / −14 %
     dense without it)."""
@@ -103,7 +104,9 @@ def test_the_planner_predicts_the_run_it_was_calibrated_on(run):
     name, _ = run
     case = run_case(path(name))
     step_ms, peak, fits = _predict(case, case.layout, case.stack, case.global_batch, case.cluster)
-    tol = 0.15 if name in MOE else 0.10
+    tol = 0.10  # the acceptance's 15 % for MoE, held to 10 %: the grouped GEMMs' own rate keeps it there
+    if name in MOE:  # the grouped GEMMs timed at the rate this run measured them (efficiency.moe), not a dense one's
+        assert 0.3 < case.efficiencies.expert_gemm < 0.7
     assert fits
     assert step_ms == pytest.approx(case.measured_step_ms, rel=tol)
     assert peak == pytest.approx(case.measured_peak_bytes, rel=tol)

@@ -28,7 +28,7 @@ from pathlib import Path
 from workbench.format.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
 from workbench.calibration.measured import data_wait_ms
-from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies
+from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies, routed_gemm_flops
 from workbench.pipeline.result import Result
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
@@ -182,6 +182,15 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
             notes.append(f"{name}: memory-bound, optimizer and host rates against the model inferred from its traces")
         counted = counted_bytes(case)
         hbm = peak.hbm_tb_s * 1e12
+        # a GPU run's grouped GEMMs are not a kernel class of their own: efficiency.moe times the
+        # expert matmuls from the ops that launched them, against the FLOPs the timing gives them
+        moe = getattr(e, "moe", None) or {}
+        if (case.model.experts and moe.get("source") == "kernels" and moe.get("expert_gemm_ms")
+                and not any(is_expert_gemm(c) for c in e.classes)):
+            routed = routed_gemm_flops(case.model, case.stack, case.layout, case.global_batch)
+            if routed:
+                experts[0] += routed / ((peak.tflops.get(dtype) or peak.tflops["bf16"]) * 1e12)
+                experts[1] += moe["expert_gemm_ms"] * 1e-3
         mb_s = _per_step(res, MEMORY_BOUND_CLASSES, exclude_sub=HOST_COPIES)
         opt_s = _per_step(res, ("optimizer",))
         if mb_s:

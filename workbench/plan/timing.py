@@ -250,6 +250,19 @@ def block_gemms(m: ModelSpec, stack: Stack, layout: Layout, moe: bool = False) -
     return out + mlp(m.expert_ffn, 1, rows=m.top_k / (t * local), calls=local, routed=True)
 
 
+def routed_gemm_flops(m: ModelSpec, stack: Stack, layout: Layout, global_batch: int) -> float:
+    """The routed experts' matmul FLOPs of one optimizer step on one GPU of the first stage, as the
+    timing counts them (:func:`block_gemms`' routed rows): forward and the backward's two, a
+    fully recomputing run's second forward: what a run's measured expert-GEMM time calibrates."""
+    if not m.experts:
+        return 0.0
+    n_moe = stage_block_counts(m, layout.pp, 0)[1]
+    M = layout.mb * m.seq
+    fwd = sum(2.0 * rows * M * n * k * calls for rows, n, k, calls, routed in block_gemms(m, stack, layout, True) if routed)
+    passes = 3 + (1 if layout.recompute == "full" else 0)
+    return fwd * n_moe * layout.microbatches(global_batch) * passes
+
+
 def gemm_calls(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> list[tuple[float, float]]:
     """(FLOPs per call, FLOPs per micro-batch) of every matmul one micro-batch runs forward on
     ``stage`` — the sizes a GEMM calibration has to cover (backward's are the same shapes)."""
