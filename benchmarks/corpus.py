@@ -351,14 +351,14 @@ ENTRIES: list[Entry] = [
            ("expert_imbalance", "low_mfu")),
           ("qwen3_1p7b", "qwen3", "1.7B", (), 4, ("low_mfu",)),
           ("qwen3_0p6b", "qwen3", "0.6B", (), 4, ("low_mfu",)))),
-    # Llama 3.2 3B compiled block by block with max-autotune: a first step of 144 s (issue 31)
+    # Llama 3.2 3B compiled block by block with max-autotune: a first step of 144 s
     Entry(name="torchtitan_3b_compiled_gpu", repo="pytorch/torchtitan", path="torchtitan/train.py", kind="gpu", gpus=1,
           nproc=1, args=("--model.flavor", "3B", "--activation_checkpoint.mode", "none", "--compile.enable"),
           env={"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}, profile_args=("--schedule", "6,2,3"), expect=("low_mfu",),
           expect_absent=("fp32_matmul", "unfused_elementwise"), made_by="benchmarks/torchtitan_gpu.sh",
           why="torchtitan v0.2.2, Llama 3.2 3B shape, batch 1 x 8192, torch.compile of each block and the loss with "
               "inductor's max-autotune: its first step (compilation and autotuning) takes 144 s"),
-    # Llama 3 8B without recomputation at 8192 tokens: out of memory in its second step (issue 31)
+    # Llama 3 8B without recomputation at 8192 tokens: out of memory in its second step
     Entry(name="torchtitan_8b_none_oom_gpu", repo="pytorch/torchtitan", path="torchtitan/train.py", kind="gpu", gpus=1,
           nproc=1, args=("--model.flavor", "8B", "--activation_checkpoint.mode", "none"),
           profile_args=("--schedule", "0,0,2", "--memory-history", "100000"), expect=("out_of_memory",),

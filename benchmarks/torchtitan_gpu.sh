@@ -113,7 +113,7 @@ for RUN in "${RUNS[@]}"; do
                      --activation_checkpoint.mode none ;;
     8b_selective)  run_one "$RUN" 170 --model.flavor 8B "${SEL[@]}" ;;
     # a compiled job whose first step takes minutes (inductor's max-autotune benchmarks every matmul):
-    # auto's step source must wait for it, and the steps analysed must be iterations (issue 31)
+    # auto's step source must wait for it, and the steps analysed must be iterations
     1b_compiled|3b_compiled)
                    export TORCHINDUCTOR_MAX_AUTOTUNE=1
                    run_one "$RUN" 420 --model.flavor "$(echo ${RUN%_compiled} | tr b B)" --activation_checkpoint.mode none \

@@ -1,6 +1,7 @@
 """Every file the code cites is one a reader of the repository can open: a ``*.md`` named in
 ``workbench/`` exists at that path (from the repository root), or, named bare, somewhere in it
-(``RESULTS.md`` of a case study). The engine once cited ``DESIGN.md``, a file outside the repository."""
+(``RESULTS.md`` of a case study). A design document kept outside the repository is no citation: a
+reader cannot open it."""
 
 from __future__ import annotations
 
