@@ -14,9 +14,10 @@ import io
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzzing import fuzz
 from tests.golden import golden
 
 pytestmark = pytest.mark.committed
@@ -24,8 +25,7 @@ pytestmark = pytest.mark.committed
 RUN = "corpus/torchtitan_8b_full_gpu"  # a GPU run: model, efficiency, four diagnoses, the planner's alternatives
 FRAGMENTS = ["[bold]", "[/bold]", "[/]", "[link=http://x]", "[red", "]", "[", "\\", "[i]x[/i]", "[on red]", ":smile:", "x"]
 hostile = st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=5).map("".join)
-SETTINGS = settings(derandomize=True, max_examples=25, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = fuzz(25)
 # Printed values the check requires (path of the string value in the document): the run, the device,
 # a warning, a diagnosis' title and fix, the verdict, the model's kind, a kernel's name, the notes.
 MUST_SHOW = ["run.name", "run.device", "run.warnings.0", "diagnoses.0.title", "diagnoses.0.recommendation", "verdict",

@@ -8,10 +8,11 @@ import json
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.conftest import TRACES
+from tests.fuzzing import fuzz
 from workbench.format.errors import WorkbenchError
 from workbench.format.jsonout import dumps
 
@@ -41,9 +42,9 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.mark.slow  # ~1 s an example (an analysis each)
-@settings(derandomize=True, max_examples=30, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture], phases=[Phase.generate])
+@fuzz(30)
 @given(edits=_edits)
+@example(edits={"schedule": {"warmup": -5e15}})  # drawn on a fresh machine by another hypothesis release: a TypeError then
 def test_any_manifest_beside_real_traces_analyses_or_fails_in_one_line(run_dir, edits):
     from workbench.pipeline.verdict import analyze_run
 

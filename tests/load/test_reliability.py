@@ -21,19 +21,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import reliability_table as rt
+from tests.fuzzing import fuzz
 from workbench.format.errors import TraceError, WorkbenchError
 from workbench.load.trace import read_trace
 from workbench.pipeline.verdict import analyze_run
 
 # No shrink phase: shrinking re-runs the analysis hundreds of times (minutes); a failure is
 # reported as generated and reduced by hand (see test_mixed_input_dims_on_c10d_ops).
-FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], phases=[Phase.explicit, Phase.generate])
-FUZZ_REAL = settings(FUZZ, max_examples=12)  # each example decodes up to 4.6 MB of real trace
+FUZZ = fuzz(200)
+FUZZ_REAL = fuzz(12)  # each example decodes up to 4.6 MB of real trace
 
 
 @pytest.fixture(scope="module")

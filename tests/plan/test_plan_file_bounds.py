@@ -9,9 +9,10 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzzing import fuzz
 from workbench.format.errors import WorkbenchError
 from workbench.plan.plan_file import read_plan
 
@@ -70,7 +71,7 @@ _PATHS = ["model.params", "model.layers", "model.hidden", "model.seq", "model.mo
           "plans.0.time.step_ms", "plans.0.time.mfu", "plans.0.time.tokens_per_s", "plans.0.memory.total_gib"]
 
 
-@settings(derandomize=True, max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(150)
 @given(edits=st.lists(st.tuples(st.sampled_from(_PATHS), _numbers), min_size=1, max_size=4))
 def test_fuzzed_plan_numbers_read_or_fail_in_one_line(tmp_path_factory, plan_doc, edits):
     doc = plan_doc

@@ -24,14 +24,19 @@ from typing import Any
 from workbench.format import contract
 from workbench.format.errors import TraceError
 
-__all__ = ["MAX_DEPTH", "MAX_MANIFEST_BYTES", "read", "read_manifest"]
+__all__ = ["MAX_COUNT", "MAX_DEPTH", "MAX_MANIFEST_BYTES", "MAX_WORLD", "read", "read_manifest"]
 
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few KB; this bounds what a hostile one costs
 MAX_DEPTH = 64  # workbench writes 4 levels (config.model.…); checked before json.loads recurses
 
 
-def _int(lo: int = 0):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+MAX_COUNT = 10**9  # a step or rank count beyond this is no real run: bounds what arithmetic on it costs
+MAX_WORLD = 1 << 20  # more ranks than any job runs; a larger world_size would size per-rank tables
+MAX_BYTES = 1 << 60  # an exbibyte: no device or host holds more
+
+
+def _int(lo: int = 0, hi: int = MAX_COUNT):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
 def _str(v: Any) -> bool:
@@ -46,11 +51,11 @@ def _opt(check):
 # nothing in analysis reads them (a reader that starts to adds its key here).
 _KEYS = {
     "run_id": ("text", _opt(_str)),
-    "world_size": ("a positive integer", _opt(_int(1))),
+    "world_size": (f"a rank count 1..{MAX_WORLD}", _opt(_int(1, MAX_WORLD))),
     "device_name": ("text", _opt(_str)),
-    "device_memory_bytes": ("a byte count", _opt(_int(0))),
+    "device_memory_bytes": ("a byte count", _opt(_int(0, MAX_BYTES))),
     "status": ("text", _opt(_str)),
-    "exit_code": ("an integer", _opt(_int(-(2**31)))),
+    "exit_code": ("an integer", _opt(_int(-(2**31), 2**31))),
     "error": ("text", _opt(_str)),
     "signal": ("text", _opt(_str)),
     "stopped": ("text", _opt(_str)),
@@ -59,13 +64,23 @@ _KEYS = {
     "end_utc": ("text", _opt(_str)),
     "command": ("text or a list of text", _opt(lambda v: _str(v) or isinstance(v, list) and all(map(_str, v)))),
     "hosts": ("a list", _opt(lambda v: isinstance(v, list))),
-    "ranks_died": ("a list of ranks", _opt(lambda v: isinstance(v, list) and all(map(_int(0), v)))),
+    "ranks_died": ("a list of ranks", _opt(lambda v: isinstance(v, list) and all(map(_int(0, MAX_WORLD), v)))),
     "config": ("an object", _opt(lambda v: isinstance(v, dict))),
     "versions": ("an object", _opt(lambda v: isinstance(v, dict))),
     "schedule": ("an object", _opt(lambda v: isinstance(v, dict))),
     "capture": ("an object", _opt(lambda v: isinstance(v, dict))),
     "capture_overhead": ("an object", _opt(lambda v: isinstance(v, dict))),
     "ranks": ("an object", _opt(lambda v: isinstance(v, (dict, list)))),
+}
+
+# keys inside an object of _KEYS that analysis does arithmetic with: (object, key) → (words, check).
+# The profiler's schedule counts steps (range(), slices); the capture's overhead is milliseconds.
+_finite_ms = _opt(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e12)
+_NESTED = {
+    **{("schedule", k): (f"a step count 0..{MAX_COUNT:.0e}", _opt(_int(0)))
+       for k in ("wait", "warmup", "active", "repeat", "skip_first")},
+    **{("capture_overhead", k): ("a non-negative number of milliseconds", _finite_ms)
+       for k in ("warmup_step_ms", "export_ms", "capture_ms_per_step")},
 }
 
 
@@ -137,6 +152,10 @@ def read(path: Path | str) -> tuple[dict[str, Any], list[str]]:
     for key, (what, ok) in _KEYS.items():
         if key in m and not ok(m[key]):
             notes.append(f"{f.name}: {key} is {json.dumps(m.pop(key))[:40]}, not {what}: left out")
+    for (outer, key), (what, ok) in _NESTED.items():
+        inner = m.get(outer)
+        if isinstance(inner, dict) and key in inner and not ok(inner[key]):
+            notes.append(f"{f.name}: {outer}.{key} is {json.dumps(inner.pop(key))[:40]}, not {what}: left out")
     return m, notes
 
 
