@@ -4,7 +4,7 @@
 
 The dense runs first (their median error), then the mixture-of-experts runs (theirs).
 Every row is predicted from the model, cluster and layout its source states, with the planner's
-stated default efficiencies (workbench/plan/timing.py) — the same for every paper, none fitted.
+stated default efficiencies (workbench/plan/efficiency.py) — the same for every paper, none fitted.
 Knobs a source leaves open are chosen by the planner (shown in the layout column as "planner:").
 See workbench/plan/published.py for the sources and how a per-GPU TFLOP/s becomes an iteration time.
 """

@@ -240,7 +240,8 @@ def test_a_host_bound_micro_batch_gains_nothing_from_a_pipeline():
     from workbench.hardware.systems import make_cluster
     from workbench.plan.layout import Layout
     from workbench.plan.model import ModelSpec
-    from workbench.plan.timing import Efficiencies, step_time
+    from workbench.plan.efficiency import Efficiencies
+    from workbench.plan.timing import step_time
 
     m = ModelSpec(name="tiny", layers=4, hidden=64, heads=4, vocab=100, seq=32)
     eff = Efficiencies(host_s_per_kernel=1e-4, kernels_per_layer=100)

@@ -90,7 +90,7 @@ def test_a_zero_stage_at_one_replica_is_no_alternative_and_each_basis_says_what_
 
     class Case:  # what basis reads of a RunCase
         layout = run
-        from workbench.plan.timing import Efficiencies
+        from workbench.plan.efficiency import Efficiencies
         efficiencies = Efficiencies(host_s_per_kernel=4e-5)
         from workbench.hardware.systems import make_cluster
         cluster = make_cluster("H200", 1)

@@ -14,7 +14,8 @@ from workbench.plan.memory import memory
 from workbench.plan.model import parse_model
 from workbench.plan.presets import PRESETS
 from workbench.plan.search import PlanRequest, check_layout, layouts, plan
-from workbench.plan.timing import Efficiencies, step_time
+from workbench.plan.efficiency import Efficiencies
+from workbench.plan.timing import step_time
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,8 @@ from workbench.plan.presets import model_spec
 from workbench.calibration.request import build_request
 from workbench.plan.search import layouts, plan
 from workbench.plan.report import to_json
-from workbench.plan.timing import DEFAULT_GEMM, GEMM_RANGE_SLACK, Efficiencies, _gemm_s
+from workbench.plan.efficiency import DEFAULT_GEMM, GEMM_RANGE_SLACK, Efficiencies
+from workbench.plan.gemms import gemm_seconds
 
 
 def _doc(**kw) -> dict:
@@ -81,12 +82,12 @@ def test_matmuls_outside_the_calibrated_sizes_use_the_default():
     assert eff.gemm_share(1e13) == DEFAULT_GEMM and eff.gemm_share(1e6) == pytest.approx(0.40)
     h200 = make_cluster("H200", 1)
     # an 8192 x 14336 x 4096 matmul (9.6e11 FLOPs, compute-bound): the default 80 % of the 989 TFLOP/s
-    big = _gemm_s(8192, 14336, 4096, 1, "bf16", h200, eff)
+    big = gemm_seconds(8192, 14336, 4096, 1, "bf16", h200, eff)
     assert big == pytest.approx(2 * 8192 * 14336 * 4096 / (989e12 * 0.80), rel=1e-3)
     # one inside the range is timed at its measured share: 40 % of peak for 1e9 FLOPs
-    assert _gemm_s(500, 1000, 1000, 1, "bf16", h200, eff) == pytest.approx(1e9 / (989e12 * 0.40), rel=1e-3)
+    assert gemm_seconds(500, 1000, 1000, 1, "bf16", h200, eff) == pytest.approx(1e9 / (989e12 * 0.40), rel=1e-3)
     # one of 2e6 FLOPs, far below: 40 % too, not the roofline's near-zero time
-    assert _gemm_s(10, 100, 1000, 1, "bf16", h200, eff) == pytest.approx(2e6 / (989e12 * 0.40), rel=1e-3)
+    assert gemm_seconds(10, 100, 1000, 1, "bf16", h200, eff) == pytest.approx(2e6 / (989e12 * 0.40), rel=1e-3)
 
 
 @pytest.mark.live

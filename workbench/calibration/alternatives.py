@@ -45,7 +45,8 @@ from workbench.plan.layout import RECOMPUTE, Layout, Stack, torch_stack
 from workbench.plan.memory import memory
 from workbench.plan.model import ModelSpec
 from workbench.plan.search import PlanRequest, check_layout, plan
-from workbench.plan.timing import Efficiencies, step_time
+from workbench.plan.efficiency import Efficiencies
+from workbench.plan.timing import step_time
 
 SAFE_HEADROOM = 0.10
 """Fraction of the device an alternative must leave free to be offered for a memory finding (the

@@ -28,7 +28,9 @@ from pathlib import Path
 from workbench.format.errors import WorkbenchError
 from workbench.plan.comm import bus_factor
 from workbench.calibration.measured import data_wait_ms
-from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES, Efficiencies, routed_gemm_flops
+from workbench.plan.efficiency import Efficiencies
+from workbench.plan.gemms import routed_gemm_flops
+from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES
 from workbench.pipeline.result import Result
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")

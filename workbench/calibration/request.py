@@ -14,7 +14,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
     from workbench.plan.layout import fill_dp, parse_layout
     from workbench.plan.presets import model_spec
     from workbench.plan.search import PlanRequest
-    from workbench.plan.timing import Efficiencies
+    from workbench.plan.efficiency import Efficiencies
 
     from workbench.plan.validate import flag, gbps
     from workbench.calibration.from_run import run_job
@@ -67,7 +67,7 @@ def _self_calibrated(job):
 
     from workbench.format.errors import WorkbenchError
     from workbench.calibration.calibrate import calibrate
-    from workbench.plan.timing import Efficiencies
+    from workbench.plan.efficiency import Efficiencies
 
     try:
         return calibrate([job.path], results={job.path: job.result} if job.result else None)

@@ -20,7 +20,7 @@ from workbench.plan.model import ModelSpec
 from workbench.plan.presets import model_spec
 from workbench.plan.layout import Layout, Stack, parse_layout
 from workbench.plan.search import Plan, PlanRequest, evaluate, plan
-from workbench.plan.timing import Efficiencies
+from workbench.plan.efficiency import Efficiencies
 
 __all__ = ["Efficiencies", "Layout", "ModelSpec", "Plan", "PlanRequest", "Stack", "evaluate", "model_spec",
            "parse_layout", "plan"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from workbench.hardware.systems import FIT_FRACTION
 from workbench.plan.search import Evaluated, Plan, collectives_of
-from workbench.plan.timing import gemm_calls
+from workbench.plan.gemms import gemm_calls
 
 JSON_SCHEMA = "workbench.plan/1"
 

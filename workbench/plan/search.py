@@ -21,7 +21,8 @@ from workbench.hardware.systems import FIT_FRACTION, Cluster
 from workbench.plan.layout import RECOMPUTE, Layout, Stack, stack_for
 from workbench.plan.memory import MemoryBreakdown, memory
 from workbench.plan.model import ModelSpec
-from workbench.plan.timing import Efficiencies, StepTime, step_time
+from workbench.plan.efficiency import Efficiencies
+from workbench.plan.timing import StepTime, step_time
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)

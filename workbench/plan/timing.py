@@ -16,27 +16,16 @@ until ``--calibrate`` replaces it by what a run measured.
 
 from __future__ import annotations
 
-import bisect
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from workbench.plan.comm import Collective, call_seconds, collectives
 from workbench.hardware.systems import Cluster
+from workbench.plan.efficiency import Efficiencies
+from workbench.plan.gemms import block_gemms, gemm_calls, gemm_seconds, outside_calibration_pct
 from workbench.plan.layout import Layout, Stack, dtype_bytes
 from workbench.plan.memory import sharded_params, stage_block_counts, stage_layers
 from workbench.plan.model import ModelSpec
 
-DEFAULT_GEMM = 0.80
-"""Share of the dense peak large matmuls reach: a bf16 8192³ matmul ran at 787 TFLOP/s on the
-H200 (docs/measured.md, "The H200": 0.80 of 989), and the engine's matmuls at 78 % in traces/case_gpu_2_preload_shm."""
-DEFAULT_ATTENTION = 0.50
-"""Fused attention (FlashAttention-2/3, cuDNN) forward + backward: half the peak, as
-workbench's attention_math rule assumes."""
-DEFAULT_MEMORY = 0.70
-"""Share of HBM bandwidth memory-bound kernels (norms, activations, casts, the optimizer) reach."""
-GEMM_RANGE_SLACK = 10 ** 0.25
-"""A matmul counts as measured within one size bucket (a quarter decade, the calibration's own
-resolution: :func:`workbench.calibration.calibrate.gemm_by_size`) beyond the smallest and largest call seen."""
 FULL_RECOMPUTE_LAUNCHES = 1.33
 """Kernels a block launches with full recomputation, per kernel without it: the forward (a third
 of the forward + backward launches) runs again."""
@@ -51,84 +40,6 @@ models become host-bound under FSDP2; an 8B block at s = 8192 (~34 ms of GPU wor
 OPTIMIZER_BYTES_PER_PARAM = {"torch": 40.0, "megatron": 42.0}
 """AdamW streams per parameter: fp32 weight, gradient, two moments read and written (28 B, torch's
 fused kernel), the gradient-norm and clipping passes (12 B); Megatron-LM adds the bf16 copy."""
-
-
-@dataclass(kw_only=True, slots=True)
-class Efficiencies:
-    """Shares of the datasheet peaks each kind of kernel reaches: the defaults above, or measured."""
-
-    gemm: float = DEFAULT_GEMM
-    """Matmuls, share of the dtype's dense peak: every matmul when none was measured, else those
-    larger than ``gemm_flops_range`` (a calibration says nothing about sizes it did not see: a tiny
-    model's matmuls at 37 % of peak must not slow an 8B model's down). Smaller ones keep the
-    smallest measured share (:meth:`below_measured`)."""
-    gemm_by_size: tuple[tuple[float, float], ...] = ()
-    """Measured (FLOPs per call, share of peak), sorted: interpolated in log(FLOPs)."""
-    gemm_flops_range: tuple[float, float] | None = None
-    """Smallest and largest FLOPs per call among the measured matmuls; None: all of them
-    (``gemm_by_size`` without a range, as hand-made efficiencies give it)."""
-    attention: float = DEFAULT_ATTENTION
-    """Fused attention kernels, share of the peak."""
-    memory_bound: float = DEFAULT_MEMORY
-    """Memory-bound kernels (layers and loss), share of HBM bandwidth for the bytes this model counts."""
-    optimizer: float = DEFAULT_MEMORY
-    """The optimizer's kernels, same convention."""
-    expert_gemm: float | None = None
-    """Routed experts' (grouped) matmuls, share of the peak, as a run measured them; None: timed like
-    any matmul of one expert's size (fewer rows per expert: a smaller share)."""
-    host_s_per_kernel: float = 0.0
-    """Host time per kernel launched (0: the host never sets the pace)."""
-    kernels_per_layer: float = 0.0
-    """Kernels one block launches per micro-batch (forward + backward), measured."""
-    busbw: dict[str, float] = field(default_factory=dict)
-    """Measured collective bus bandwidth by link (intra / inter), bytes/s."""
-    source: str = "defaults"
-    """defaults | calibrated."""
-    runs: tuple[str, ...] = ()
-    """Runs measured."""
-    notes: tuple[str, ...] = ()
-    """What was measured and what stayed a default, one line each."""
-
-    def measured(self, flops: float) -> bool:
-        """Whether a matmul of ``flops`` per call lies within the calibrated sizes."""
-        if not self.gemm_by_size:
-            return False
-        if self.gemm_flops_range is None:
-            return True
-        lo, hi = self.gemm_flops_range
-        return lo / GEMM_RANGE_SLACK <= flops <= hi * GEMM_RANGE_SLACK
-
-    def below_measured(self, flops: float) -> bool:
-        """A matmul smaller than any the calibration measured: it runs at most at the smallest
-        measured size's share (a smaller matmul fills less of the device, and launches cost more
-        of it), so that share holds — never the default, which would make it nearly free."""
-        return bool(self.gemm_by_size) and self.gemm_flops_range is not None and not self.measured(flops) \
-            and flops < self.gemm_flops_range[0]
-
-    def gemm_share(self, flops: float) -> float:
-        pts = self.gemm_by_size
-        if pts and self.below_measured(flops):
-            # smaller than any measured matmul: never faster than the smallest one ran (a matmul's
-            # share of peak falls with its size; the default is a large GEMM's)
-            return min(pts[0][1], self.gemm)
-        if not pts or not self.measured(flops):
-            return self.gemm
-        xs = [math.log(p[0]) for p in pts]
-        x = math.log(max(flops, 1.0))
-        i = bisect.bisect_left(xs, x)
-        if i == 0:
-            return pts[0][1]
-        if i == len(pts):
-            return pts[-1][1]
-        w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-        return pts[i - 1][1] * (1 - w) + pts[i][1] * w
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["gemm_by_size"] = [{"flops_per_call": f, "share_of_peak": round(e, 4)} for f, e in self.gemm_by_size]
-        d["busbw_gb_s"] = {k: round(v / 1e9, 2) for k, v in d.pop("busbw").items()}
-        d["gemm_flops_range"] = list(self.gemm_flops_range) if self.gemm_flops_range else None
-        return d
 
 
 @dataclass(kw_only=True, slots=True)
@@ -210,87 +121,6 @@ class _MicroBatch:
         return self.kernels + self.tp + self.ep
 
 
-def _gemm_s(M: float, N: float, K: float, batch: float, dtype: str, cluster: Cluster, eff: Efficiencies) -> float:
-    """One matmul: FLOPs at the measured share for its size, or the roofline with the default."""
-    flops = 2.0 * M * N * K * batch
-    peak = cluster.gpu.peak_flops(dtype)
-    if eff.measured(flops / batch) or eff.below_measured(flops / batch):
-        return flops / (peak * eff.gemm_share(flops / batch))
-    c = dtype_bytes(dtype)
-    moved = c * (M * K + K * N + M * N) * batch
-    return max(flops / (peak * eff.gemm), moved / (cluster.gpu.hbm_tb_s * 1e12 * eff.memory_bound))
-
-
-def block_gemms(m: ModelSpec, stack: Stack, layout: Layout, moe: bool = False) -> list[tuple[float, float, float, float, bool]]:
-    """(rows per token, N, K, calls, routed) of one block's matmuls on one GPU: a matmul of ``rows ×
-    tokens`` by N by K, ``calls`` times; routed: a routed expert's. Attention and dense MLPs split over tp; a mixture of experts' router
-    reads each rank's share of the tokens, its shared experts split like a dense MLP, and its routed
-    experts run whole on their ep rank: experts / ep calls (one per local expert; a grouped GEMM is
-    these together) of tokens × top_k / (tp · experts / ep) rows each, the load balanced."""
-    h, a, d, t = m.hidden, m.heads, m.d_head, layout.tp
-    if m.latent:
-        rope = m.qk_rope_head_dim
-        q = [(a * d / t, h)] if not m.q_lora_rank else [(m.q_lora_rank, h), (a * d / t, m.q_lora_rank)]
-        attn = q + [(m.kv_lora_rank + rope, h), (a * (d - rope + m.d_v) / t, m.kv_lora_rank)]
-    elif stack.fused_qkv:
-        attn = [(m.qkv_out / t, h)]
-    else:
-        attn = [(a * d / t, h), (m.kv * d / t, h), (m.kv * m.d_v / t, h)]
-    out = [(1.0, n, k, 1.0, False) for n, k in attn + [(h, m.attn_out / t)]]
-
-    def mlp(f: float, split: float, rows: float = 1.0, calls: float = 1.0, routed: bool = False) -> list:
-        up = [(2 * f / split, h)] if (m.gated and stack.fused_kernels) else [(f / split, h)] * (2 if m.gated else 1)
-        return [(rows, n, k, calls, routed) for n, k in up + [(h, f / split)]]
-    if not moe:
-        return out + mlp(m.ffn_hidden, t)
-    out.append((1.0 / t, m.experts, h, 1.0, False))  # the router
-    if m.shared_experts:
-        out += mlp(m.shared_experts * m.expert_ffn, t)
-    local = m.experts / layout.ep
-    return out + mlp(m.expert_ffn, 1, rows=m.top_k / (t * local), calls=local, routed=True)
-
-
-def routed_gemm_flops(m: ModelSpec, stack: Stack, layout: Layout, global_batch: int) -> float:
-    """The routed experts' matmul FLOPs of one optimizer step on one GPU of the first stage, as the
-    timing counts them (:func:`block_gemms`' routed rows): forward and the backward's two, a
-    fully recomputing run's second forward: what a run's measured expert-GEMM time calibrates."""
-    if not m.experts:
-        return 0.0
-    n_moe = stage_block_counts(m, layout.pp, 0)[1]
-    M = layout.mb * m.seq
-    fwd = sum(2.0 * rows * M * n * k * calls for rows, n, k, calls, routed in block_gemms(m, stack, layout, True) if routed)
-    passes = 3 + (1 if layout.recompute == "full" else 0)
-    return fwd * n_moe * layout.microbatches(global_batch) * passes
-
-
-def gemm_calls(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> list[tuple[float, float]]:
-    """(FLOPs per call, FLOPs per micro-batch) of every matmul one micro-batch runs forward on
-    ``stage`` — the sizes a GEMM calibration has to cover (backward's are the same shapes)."""
-    t, s, M = layout.tp, m.seq, layout.mb * m.seq
-    out = []
-    for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
-        if n_blocks:
-            out += [(2.0 * rows * M * n * k, 2.0 * rows * M * n * k * calls * n_blocks)
-                    for rows, n, k, calls, _ in block_gemms(m, stack, layout, moe)]
-    L = stage_layers(m.layers, layout.pp, stage)
-    if not stack.flash_attention:
-        heads = layout.mb * m.heads / t
-        one = 2.0 * s * s * m.d_head
-        out += [(one, 2 * one * heads * L)]
-    if stage == layout.pp - 1:
-        V = m.vocab / (t if stack.vocab_parallel else 1)
-        out.append((2.0 * M * V * m.hidden,) * 2)
-    return out
-
-
-def outside_calibration_pct(calls: list[tuple[float, float]], eff: Efficiencies) -> float | None:
-    """Percent of ``calls``' FLOPs at sizes ``eff`` did not measure; None without a calibration."""
-    if not eff.gemm_by_size:
-        return None
-    total = sum(f for _, f in calls)
-    return 100.0 * sum(f for one, f in calls if not eff.measured(one)) / total if total else 0.0
-
-
 def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int, moe: bool = False) -> tuple[float, float]:
     """(forward, backward) bytes the memory-bound kernels of one block move per token."""
     c, r, h, t = dtype_bytes(stack.dtype), stack.residual_bytes, m.hidden, layout.tp
@@ -342,7 +172,7 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
             if routed and eff.expert_gemm:
                 gemm_f += 2.0 * rows * M * n * k * calls_per / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm)
             else:
-                gemm_f += _gemm_s(rows * M, n, k, calls_per, dtype, cluster, eff)
+                gemm_f += gemm_seconds(rows * M, n, k, calls_per, dtype, cluster, eff)
             flops += 2.0 * rows * M * n * k * calls_per
         mem_f, mem_b = (b * M / (hbm * eff.memory_bound) for b in _layer_memory_bytes(m, stack, layout, s, moe))
         if stack.autocast_weight_copies:  # bf16 copies of the fp32 weights, and the fp32 gradients back
@@ -357,7 +187,7 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     else:
         # unfused: the two batched matmuls QKᵀ and AV over the whole square
         hd, vd, heads = m.d_head, m.d_v, layout.mb * m.heads / t
-        attn_f = _gemm_s(s, s, hd, heads, dtype, cluster, eff) + _gemm_s(s, vd, s, heads, dtype, cluster, eff)
+        attn_f = gemm_seconds(s, s, hd, heads, dtype, cluster, eff) + gemm_seconds(s, vd, s, heads, dtype, cluster, eff)
         attn_b = 2 * attn_f
         attn_hw = 3 * m.attention_flops(s) / t * M
     fwd = G + L * attn_f + MF
@@ -378,7 +208,7 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     c = dtype_bytes(stack.dtype)
     if stage == layout.pp - 1:  # the head and the loss
         V = m.vocab / (t if stack.vocab_parallel else 1)
-        head = _gemm_s(M, V, m.hidden, 1, dtype, cluster, eff)
+        head = gemm_seconds(M, V, m.hidden, 1, dtype, cluster, eff)
         per_logit = 24.0 if stack.fused_kernels else 2 * c + 36.0  # fp32 log-softmax, its backward, the casts
         loss = per_logit * M * V / (hbm * eff.memory_bound)
         out.gemm += 3 * head
