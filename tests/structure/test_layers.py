@@ -1,7 +1,7 @@
 """The package is built in layers (docs/architecture.md), and the import graph keeps them: a
 package imports only packages on lower floors, or its own wing's on the same floor.
 
-    ground     format (trace format, manifest, errors) < hardware (GPUs, systems)
+    ground     format (trace format, manifest, errors) < hardware (GPUs, systems), trainers (the trainer registry)
     wings      capture + engine  |  load → analysis → diagnose → pipeline  |  plan
     join       calibration (a run meets the planner: reads pipeline, calls plan)
     top        present, cli, ui, examples (and the package's own __init__ / __main__)
@@ -19,7 +19,7 @@ from tests.structure.test_imports import import_graph
 
 pytestmark = pytest.mark.unit
 
-FLOOR = {"format": 0, "hardware": 0.5,
+FLOOR = {"format": 0, "hardware": 0.5, "trainers": 0.5,
          "capture": 1, "engine": 1, "load": 1, "analysis": 1, "diagnose": 1, "pipeline": 1, "plan": 1,
          "calibration": 2,
          "present": 3, "cli": 3, "ui": 3, "examples": 3,
@@ -67,5 +67,7 @@ def test_the_rule_catches_what_it_forbids():
     assert not allowed("present", "ui") and not allowed("present", "cli") and allowed("ui", "present") and allowed("cli", "present")
     assert allowed("calibration", "pipeline") and allowed("calibration", "plan") and allowed("cli", "ui")
     assert allowed("engine", "capture") and allowed("diagnose", "load") and allowed("hardware", "format")
+    assert allowed("capture", "trainers") and allowed("analysis", "trainers") and allowed("plan", "trainers")
+    assert not allowed("trainers", "hardware") and not allowed("trainers", "capture")
     assert not allowed("capture", "engine") and not allowed("load", "analysis") and not allowed("analysis", "diagnose")
     assert not allowed("diagnose", "pipeline") and allowed("pipeline", "diagnose") and allowed("analysis", "load")

@@ -1,0 +1,48 @@
+"""A plain PyTorch loop (no trainer recognised): the lines are PyTorch's own, and every other
+trainer falls back on them for a setting it does not own (a DataLoader's workers in DeepSpeed's
+loop). Steps count from 0, as the steps CSV does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.trainers.base import Spec, precision_of, register
+
+
+def lines(setting: str, value: Any) -> str | None:
+    if setting == "recompute":
+        if value == "none":
+            return "no torch.utils.checkpoint.checkpoint(...) around the blocks"
+        if value == "full":
+            return "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) around each block"
+        return ("torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False, context_fn=partial("
+                "create_selective_checkpoint_contexts, policy)) (a policy that saves the matmuls)")
+    if setting == "micro_batch":
+        return f"DataLoader(dataset, batch_size={int(value)})"
+    if setting == "grad_accum":
+        return f"optimizer.step() every {int(value)} micro-batches (loss / {int(value)} before backward)"
+    if setting == "zero_stage":
+        v = int(value)
+        return {0: "DistributedDataParallel(model) (no sharding)", 1: "ZeroRedundancyOptimizer(params, optimizer_class=AdamW)",
+                2: "fully_shard(block, reshard_after_forward=False) (FSDP2)",
+                3: "fully_shard(block, reshard_after_forward=True) (FSDP2)"}.get(v)
+    if setting in ("optimizer_offload", "param_offload"):
+        return ("fully_shard(block, offload_policy=CPUOffloadPolicy()) (FSDP2)" if value
+                else "fully_shard(block) without offload_policy (FSDP2)")
+    if setting == "precision":
+        p = precision_of(value)
+        return {"bf16": 'with torch.autocast("cuda", dtype=torch.bfloat16):',
+                "fp16": 'with torch.autocast("cuda", dtype=torch.float16): and a torch.amp.GradScaler',
+                "fp32": "no torch.autocast around the forward"}.get(p or "")
+    if setting == "num_workers":
+        return f"DataLoader(..., num_workers={int(value)}, pin_memory=True, persistent_workers=True)"
+    if setting == "fused_optimizer":
+        return "torch.optim.AdamW(params, fused=True)" if value else "torch.optim.AdamW(params, foreach=True)"
+    return None
+
+
+TRAINER = register(Spec(
+    name="plain", title="a plain PyTorch loop",
+    step="one optimizer.step()", optimizer_step="optimizer.step()", micro_batch="one forward and backward",
+    step_base=0, lines=lines))
