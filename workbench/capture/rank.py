@@ -98,6 +98,8 @@ def run_captured(session, target, *, reraise: bool = False) -> int:
         code, error = 1, f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
         d = describe_exit(e)
         failure = {"error_type": d["type"], "phase": d["phase"], "where": where(e), "profiler_phase": _phase(session)}
+        if hasattr(session, "script_failed"):
+            session.script_failed(e)  # the capture's parts hear it before the session stops
         if reraise:
             raised = e
         else:

@@ -21,15 +21,16 @@ step, e.g. ``"optimizer"``, ``"backward"``, ``"annotation:train_step"``, ``"time
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
-import sys
 import threading
-from typing import Callable
 
-import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from workbench.capture.step_sources import (AnnotationSteps, BackwardSteps, OnResolved, OnStep, OptimizerSteps,
+                                            StepSource, _say)
+from workbench.capture.step_time import IMPORT_RETRY_S, SigalrmInUse, TimeSteps, in_import
+
+__all__ = ["AUTO_BACKWARD_LIMIT", "AUTO_TIME_AFTER_S", "AUTO_TIME_WINDOW_S", "AnnotationSteps", "AutoSteps",
+           "BackwardSteps", "OptimizerSteps", "SigalrmInUse", "StepSource", "TimeSteps", "in_import", "make_source"]
 
 AUTO_BACKWARD_LIMIT = 64
 """Backward calls without an optimizer step before auto takes backward as the step. Gradient
@@ -49,235 +50,6 @@ without backward are rare (inference benchmarks): they can pass ``--steps-from t
 AUTO_TIME_WINDOW_S = 1.0
 """The time window auto falls back to: the default schedule 1,1,3 then traces 3 s, a few to tens
 of MB of trace for a busy process (docs/measured.md: ~1 MB per small CPU step)."""
-
-IMPORT_RETRY_S = 0.01
-"""A tick that lands inside an import waits this long and tries again: ending a step runs the
-profiler, which imports modules itself (``torch._inductor``) and fails on a half-imported one.
-Measured: the first ``torch.utils.checkpoint`` call imports torch._dynamo for ~1 s."""
-
-OnStep = Callable[[], None]
-OnResolved = Callable[[str], None]
-
-
-class StepSource:
-    """Installs hooks that call ``on_step`` at each step boundary; :meth:`remove` undoes them."""
-
-    spec: str = ""
-
-    def __init__(self, on_step: OnStep, on_resolved: OnResolved) -> None:
-        self.on_step, self.on_resolved = on_step, on_resolved
-
-    def install(self) -> "StepSource":
-        self.on_resolved(self.spec)
-        return self
-
-    def remove(self) -> None:
-        pass
-
-    def why_no_step(self) -> str:
-        return f"no step boundary came from {self.spec}"
-
-
-class OptimizerSteps(StepSource):
-    spec = "optimizer"
-
-    def __init__(self, on_step: OnStep, on_resolved: OnResolved) -> None:
-        super().__init__(on_step, on_resolved)
-        self.optimizer_id: int | None = None
-        self._handle = None
-
-    def install(self) -> "OptimizerSteps":
-        self._handle = register_optimizer_step_post_hook(self._hook)
-        return super().install()
-
-    def _hook(self, optimizer, args, kwargs) -> None:
-        if self.optimizer_id is None:
-            self.optimizer_id = id(optimizer)
-        elif id(optimizer) != self.optimizer_id:
-            return
-        self.on_step()
-
-    def remove(self) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
-
-    def why_no_step(self) -> str:
-        return ("the script never called a torch.optim optimizer's step() (--steps-from optimizer); "
-                "for a loop that updates weights by hand use --steps-from backward")
-
-
-class BackwardSteps(StepSource):
-    spec = "backward"
-
-    def __init__(self, on_step: OnStep, on_resolved: OnResolved) -> None:
-        super().__init__(on_step, on_resolved)
-        self.calls = 0
-        self._depth = 0
-        self._lock = threading.Lock()
-        self._orig = None
-
-    def install(self) -> "BackwardSteps":
-        self._orig = orig = torch.autograd.backward
-        source = self
-
-        @functools.wraps(orig)
-        def backward(*args, **kwargs):
-            with source._lock:
-                source._depth += 1
-                outer = source._depth == 1
-            try:
-                orig(*args, **kwargs)
-            finally:
-                with source._lock:
-                    source._depth -= 1
-            # A backward inside a backward (reentrant checkpointing re-runs one per segment) is part
-            # of the outer one, and create_graph=True builds a graph for a later backward (double
-            # backward): neither ends a step. autograd.grad is another function and never counts.
-            create_graph = args[3] if len(args) > 3 else kwargs.get("create_graph", False)
-            if outer and not create_graph:
-                source.calls += 1
-                source.on_backward()
-
-        torch.autograd.backward = backward
-        return super().install()
-
-    def on_backward(self) -> None:
-        self.on_step()
-
-    def remove(self) -> None:
-        if self._orig is not None:
-            torch.autograd.backward = self._orig
-            self._orig = None
-
-    def why_no_step(self) -> str:
-        return "the script never called backward() (--steps-from backward); try annotation:NAME or time:SEC"
-
-
-class AnnotationSteps(StepSource):
-    """Wraps the profiler ops themselves, not the ``record_function`` class: the context manager,
-    the decorator, direct ``torch.ops.profiler._record_function_enter_new`` calls and compiled graphs
-    all go through them. The ``_op`` of each op object is swapped in place, so the objects that
-    torch.compile compares against keep their identity."""
-
-    def __init__(self, name: str, on_step: OnStep, on_resolved: OnResolved) -> None:
-        super().__init__(on_step, on_resolved)
-        self.name = name
-        self.spec = f"annotation:{name}"
-        self._open: dict[int, object] = {}
-        self._patched: list[tuple[object, object]] = []
-
-    def _patch(self, op, make) -> None:
-        orig = op._op
-        op._op = make(orig)
-        self._patched.append((op, orig))
-
-    def install(self) -> "AnnotationSteps":
-        ops = torch.ops.profiler
-
-        def enter(orig):
-            def wrapped(*args, **kwargs):
-                handle = orig(*args, **kwargs)
-                if (args[0] if args else kwargs.get("name")) == self.name:
-                    self._open[id(handle)] = handle  # kept alive so its id is not reused before exit
-                return handle
-            return wrapped
-
-        def exit_(orig):
-            def wrapped(*args, **kwargs):
-                out = orig(*args, **kwargs)
-                handle = args[0] if args else next(iter(kwargs.values()), None)
-                if self._open.pop(id(handle), None) is not None:
-                    self.on_step()
-                return out
-            return wrapped
-
-        for packet in (ops._record_function_enter_new, ops._record_function_enter):
-            for op in (packet, *(getattr(packet, o) for o in packet.overloads())):
-                self._patch(op, enter)
-        packet = ops._record_function_exit
-        for op in (packet, *(getattr(packet, o) for o in packet.overloads())):
-            self._patch(op, exit_)
-        return super().install()
-
-    def remove(self) -> None:
-        for op, orig in reversed(self._patched):
-            op._op = orig
-        self._patched.clear()
-        self._open.clear()
-
-    def why_no_step(self) -> str:
-        return f"no record_function({self.name!r}) range ended (--steps-from {self.spec}); check the name"
-
-
-class SigalrmInUse(SystemExit):
-    """The script took SIGALRM while time windows need it: ends the run with one line (exit 1)."""
-
-
-class TimeSteps(StepSource):
-    """SIGALRM every ``seconds``; the handler runs between bytecodes of the main thread, so the
-    step can land inside a long C call's caller but never on another thread."""
-
-    def __init__(self, seconds: float, on_step: OnStep, on_resolved: OnResolved) -> None:
-        super().__init__(on_step, on_resolved)
-        self.seconds = seconds
-        self.spec = f"time:{seconds:g}"
-        self._prev = None
-        self._orig_signal = None
-
-    def claim_sigalrm(self, handler) -> None:
-        """Install ``handler`` for SIGALRM, refusing if the process already has one."""
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError(f"--steps-from {self.spec} needs the script to run on the main thread")
-        current = signal.getsignal(signal.SIGALRM)
-        if current not in (signal.SIG_DFL, None):
-            raise RuntimeError(f"--steps-from {self.spec} needs SIGALRM, which this process already handles; "
-                               "use --steps-from annotation:NAME or backward")
-        self._prev = current
-        signal.signal(signal.SIGALRM, handler)
-        # Restart interrupted system calls: a tick must not surface as EINTR inside gloo or torch.
-        signal.siginterrupt(signal.SIGALRM, False)
-        orig, source = signal.signal, self
-
-        @functools.wraps(orig)
-        def guarded(signalnum, handler):
-            if signalnum == signal.SIGALRM and source._orig_signal is not None:
-                source.on_script_takes_sigalrm()
-            return orig(signalnum, handler)
-
-        self._orig_signal, signal.signal = orig, guarded
-
-    def on_script_takes_sigalrm(self) -> None:
-        raise SigalrmInUse(f"workbench: error: the script sets a SIGALRM handler, which --steps-from {self.spec} "
-                           "uses for its windows; use --steps-from annotation:NAME or backward")
-
-    def release_sigalrm(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if self._orig_signal is not None:
-            signal.signal, self._orig_signal = self._orig_signal, None
-            # Auto may decide inside an optimizer step on another thread, where handlers cannot be
-            # set; with the timer cancelled, our handler left in place never runs.
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGALRM, self._prev if self._prev is not None else signal.SIG_DFL)
-
-    def _tick(self, signum, frame) -> None:
-        if in_import(frame):
-            signal.setitimer(signal.ITIMER_REAL, IMPORT_RETRY_S, self.seconds)
-            return
-        self.on_step()
-
-    def install(self) -> "TimeSteps":
-        self.claim_sigalrm(self._tick)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds, self.seconds)
-        return super().install()
-
-    def start_ticking(self) -> None:
-        """Switch a claimed SIGALRM (auto's deadline) over to the periodic ticks."""
-        (self._orig_signal or signal.signal)(signal.SIGALRM, self._tick)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds, self.seconds)
-
-    def remove(self) -> None:
-        self.release_sigalrm()
 
 
 class AutoSteps(StepSource):
@@ -375,23 +147,6 @@ class AutoSteps(StepSource):
             return self.chosen.why_no_step()
         return (f"auto saw {self.backward.calls} backward call(s) and no optimizer step before the script ended "
                 f"(it takes backward after {AUTO_BACKWARD_LIMIT}); pass --steps-from backward")
-
-
-def _say(text: str) -> None:
-    """One line on stderr; nothing when the script closed stderr."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def in_import(frame) -> bool:
-    """True when ``frame`` (where a signal interrupted the main thread) is inside an import."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def make_source(spec: str, on_step: OnStep, on_resolved: OnResolved, *, time_fallback: bool = True, rank: int = 0) -> StepSource:
