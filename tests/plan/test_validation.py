@@ -78,6 +78,8 @@ def test_bad_model_keys_are_one_line(capsys, keys, word):
     (["--inter-node-gbps", "nan"], "--inter-node-gbps"),  # ranked on NaN, bare NaN in --json before
     (["--inter-node-gbps", "inf"], "--inter-node-gbps"),
     (["--inter-node-gbps", "fast"], "--inter-node-gbps"),
+    (["--inter-node-gbps", "5e-324"], "from 0.001"),  # the least float: ZeroDivisionError before
+    (["--intra-node-gbps", "1e-300"], "from 0.001"),
     (["--top", "0"], "--top"),                        # 1 before
     (["--top", "-5"], "--top"),
     (["--gpus-per-node", "0"], "--gpus-per-node"),

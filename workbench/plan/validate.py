@@ -53,6 +53,9 @@ FLAG_LIMITS: dict[str, tuple[int, int]] = {
 
 GBPS_LIMIT = 1e7
 """Largest per-GPU link, Gbit/s (NVLink 5: 7,200)."""
+GBPS_MIN = 1e-3
+"""Slowest link taken, Gbit/s (1 Mbit/s: a tenth of 1990s Ethernet). A smaller one (5e-324, the least float)
+makes a transfer's time infinite or its bandwidth round to zero in the planner's arithmetic."""
 
 LAYOUT_LIMITS: dict[str, tuple[int, int]] = {
     "tp": (1, 100_000), "pp": (1, 100_000), "dp": (1, 10_000_000), "mb": (1, 1_000_000), "vpp": (1, 1_000),
@@ -87,14 +90,15 @@ def integer(name: str, value: object, lo: int, hi: int) -> int:
     return n
 
 
-def positive(name: str, value: object, hi: float) -> float:
-    """``value`` as a finite float in ``(0, hi]``."""
+def positive(name: str, value: object, hi: float, lo: float = 0.0) -> float:
+    """``value`` as a finite float in ``(0, hi]`` (``[lo, hi]`` where ``lo`` is given)."""
     try:
         x = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError, OverflowError):
         x = math.nan
-    if not (math.isfinite(x) and 0 < x <= hi):
-        raise WorkbenchError(f"{name} must be a number above 0 and at most {hi:,.0f}, got {value!r}")
+    if not (math.isfinite(x) and 0 < x <= hi and x >= lo):
+        span = f"from {lo:g} to {hi:,.0f}" if lo else f"above 0 and at most {hi:,.0f}"
+        raise WorkbenchError(f"{name} must be a number {span}, got {_short(repr(value))}")
     return x
 
 
@@ -104,7 +108,7 @@ def flag(name: str, value: object) -> int | None:
 
 
 def gbps(name: str, value: object) -> float | None:
-    return None if value is None else positive(name, value, GBPS_LIMIT)
+    return None if value is None else positive(name, value, GBPS_LIMIT, GBPS_MIN)
 
 
 def model_key(key: str, field: str, value: str) -> int:
