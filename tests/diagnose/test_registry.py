@@ -40,6 +40,7 @@ FIRING = {
     "host_sync": DATA / "gpu_prep_sync",
     "pageable_memcpy": DATA / "gpu_pageable",
     "straggler_rank": TRACES / "fault_straggler",
+    "mid_run_slowdown": DATA / "long_data_straggler",
     "expert_imbalance": TRACES / "engine_moe_skewed",
     "pipeline_bubble": TRACES / "engine_pp_1f1b_m8",
     "out_of_memory": TRACES / "failed_oom_backward",

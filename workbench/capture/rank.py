@@ -203,6 +203,7 @@ def _write_status(session, code: int, error: str | None, guard: _SignalGuard, st
         "capture_options": session.options(),
         "end_unix_s": time.time(),
         **(failure or {}),
+        **(getattr(session, "report", None) or {}),  # what the capture's parts add (the history's cost …)
     }
     if getattr(session, "steps_from_switched", None):
         status["steps_from_switched"] = session.steps_from_switched

@@ -4,6 +4,11 @@ CPU/process readings from psutil) to ``nvml_rank{r}.csv`` every ``interval_s``.
 NVML is reached through a small backend object so that tests can pass a fake
 (:class:`FakeNvml`) and need no GPU. A 10 Hz sampler costs nothing measurable on an H200
 (see shared notes); rows are flushed about once a second so a crash loses at most that.
+
+A run of weeks would write millions of rows at 10 Hz: every sample is written during the first
+:data:`FULL_RATE_S` and while the profiler records (:attr:`Sampler.recording`), one every
+:data:`SLOW_INTERVAL_S` otherwise. Every sample still feeds :meth:`Sampler.drain`, the means the
+step history (workbench.capture.history) writes beside each block of steps.
 """
 
 from __future__ import annotations
@@ -16,6 +21,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workbench.format.contract import NVML_COLUMNS
+
+FULL_RATE_S = 3600.0
+"""Seconds from the start during which every sample is written to ``nvml_rank{r}.csv``."""
+SLOW_INTERVAL_S = 10.0
+"""After :data:`FULL_RATE_S`, seconds between written samples while the profiler is not recording."""
+DRAINED = ("gpu_util_pct", "sm_clock_mhz", "gpu_temp_c", "power_w", "cpu_util_pct")
+"""The samples :meth:`Sampler.drain` averages (``throttle_reasons`` is OR-ed)."""
 
 
 class NvmlBackend(Protocol):
@@ -48,6 +60,8 @@ class PynvmlBackend:
         util = self._try(nv.nvmlDeviceGetUtilizationRates)
         mem = self._try(nv.nvmlDeviceGetMemoryInfo)
         power = self._try(nv.nvmlDeviceGetPowerUsage)
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         return {
             "device": self.index,
             "gpu_util_pct": util.gpu if util else None,
@@ -58,6 +72,8 @@ class PynvmlBackend:
             "sm_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
             "pcie_tx_kbps": self._try(nv.nvmlDeviceGetPcieThroughput, nv.NVML_PCIE_UTIL_TX_BYTES),
             "pcie_rx_kbps": self._try(nv.nvmlDeviceGetPcieThroughput, nv.NVML_PCIE_UTIL_RX_BYTES),
+            "gpu_temp_c": self._try(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
+            "throttle_reasons": self._try(reasons) if reasons else None,
         }
 
     def close(self) -> None:
@@ -104,6 +120,10 @@ class Sampler:
         self.source = "cpu" if backend is None else "nvml"
         self._proc = psutil.Process(os.getpid())
         self._psutil = psutil
+        self.recording = False
+        """Set by the session while the profiler records: every sample is written then."""
+        self._acc: dict[str, list] = {}
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="workbench-sampler", daemon=True)
         self._file = open(self.path, "a", newline="")
@@ -123,11 +143,33 @@ class Sampler:
         row["rss_bytes"] = self._proc.memory_info().rss
         return row
 
+    def _accumulate(self, row: dict[str, Any]) -> None:
+        acc = self._acc
+        for k in DRAINED:
+            v = row.get(k)
+            if v is not None:
+                a = acc.setdefault(k, [0.0, 0])
+                a[0] += float(v)
+                a[1] += 1
+        if row.get("throttle_reasons") is not None:
+            acc["throttle_reasons"] = [int(acc.get("throttle_reasons", [0])[0]) | int(row["throttle_reasons"]), 1]
+
+    def drain(self) -> dict[str, Any]:
+        """The means of the samples taken since the last drain (``throttle_reasons`` OR-ed); empty
+        when none was taken. Called from the training thread: the swap is one assignment."""
+        acc, self._acc = self._acc, {}
+        return {k: (int(s) if k == "throttle_reasons" else round(s / n, 2)) for k, (s, n) in acc.items() if n}
+
     def _loop(self) -> None:
-        last_flush = time.monotonic()
+        last_flush = last_written = time.monotonic()
         while not self._stop.wait(self.interval_s):
             try:
-                self._writer.writerow(self.sample())
+                row = self.sample()
+                self._accumulate(row)
+                now = time.monotonic()
+                if self.recording or now - self._started < FULL_RATE_S or now - last_written >= SLOW_INTERVAL_S:
+                    self._writer.writerow(row)
+                    last_written = now
             except OSError:  # the run directory's disk is full: stop sampling, keep training
                 return
             except Exception:  # a failing query must never take the training down

@@ -108,7 +108,16 @@ class CaptureSession:
         self._experts: ExpertLoad | None = None
         self.parts: list[Part] = []
         """The capture's parts of this run (workbench.capture.parts), made at start."""
+        self.report: dict[str, Any] = {}
+        """What the parts add to the rank's status (status_rank{r}.json), by part."""
+        self.history = None
+        """The step history (workbench.capture.history.StepHistory), once its part started."""
         self._rows = StepRowWriter(self.out / contract.steps_name(self.rank), self._write_failed)
+
+    @property
+    def sampler(self) -> Sampler | None:
+        """The device sampler (None when ``sampler`` is off)."""
+        return self._sampler
 
     def options(self) -> dict[str, Any]:
         """What this rank's capture recorded (the manifest's ``capture`` gets rank 0's)."""
@@ -307,6 +316,8 @@ class CaptureSession:
         self._data_wait.wait_s = 0.0
         self.step += 1
         self.tracer.step()  # the trace export, when the window ends here: seconds on big steps
+        if self._sampler is not None:
+            self._sampler.recording = self._phase() != "off"  # every sample written while it records
         if self._experts is not None:
             self._experts.step_ended(row["step"], recorded=phase == "record", record_next=self._phase() == "record")
         if self.parts:

@@ -1,5 +1,9 @@
 """Where a step's row goes: ``steps_rank{r}.csv`` (one row per step, flushed as it comes), and the
-DataLoader wait the row reports (the DataLoader iterator's ``__next__``, timed)."""
+DataLoader wait the row reports (the DataLoader iterator's ``__next__``, timed).
+
+A run of weeks has millions of steps: the file holds every step's row up to :data:`MAX_STEP_ROWS`,
+then only the rows of steps the profiler traced (a window's); the step history
+(``history_rank{r}.csv``, workbench.capture.history) holds the whole run, bounded."""
 
 from __future__ import annotations
 
@@ -15,6 +19,10 @@ MAX_UNWRITTEN_ROWS = 256
 queue long before; beyond it the rows are written with the host's figure only)."""
 
 
+MAX_STEP_ROWS = 100_000
+"""Rows of every step; past them, only the rows of traced steps (``profiler`` not ``off``)."""
+
+
 class StepRowWriter:
     """``steps_rank{r}.csv``, its header written at once. The first failed write (disk full …) is
     reported through ``on_failed(file name, error)`` and the writer stops; the training goes on."""
@@ -23,6 +31,7 @@ class StepRowWriter:
         self.path = Path(path)
         self.on_failed = on_failed
         self.failed = False
+        self.rows = 0
         self._file = open(self.path, "w", newline="")
         self._csv = csv.DictWriter(self._file, fieldnames=contract.STEP_COLUMNS, extrasaction="ignore")
         self._csv.writeheader()
@@ -40,7 +49,10 @@ class StepRowWriter:
             for row, gpu_ms in rows:
                 if gpu_ms is not None:
                     row["gpu_step_ms"] = f"{gpu_ms:.3f}"
+                if self.rows >= MAX_STEP_ROWS and row.get("profiler", "off") == "off":
+                    continue
                 self._csv.writerow(row)
+                self.rows += 1
             if rows:
                 self._file.flush()
         except OSError as e:

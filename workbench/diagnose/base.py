@@ -90,6 +90,8 @@ class Context:
     """How the job failed (workbench.analysis.failure.run_failure), or None: it did not."""
     memory_by_category: dict | None = None
     """The run's memory by category (workbench.analysis.memory_categories.run_categories), or None."""
+    history: dict | None = None
+    """The whole run's step history and its change points (workbench.analysis.history.summarise), or None."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)

@@ -16,6 +16,9 @@ A run directory ``traces/<run>/`` holds::
                                 PyTorch's memory viewer
     experts_rank{r}.csv         tokens per expert of each mixture-of-experts layer, per profiled
                                 step (optional: only MoE jobs whose counts the capture could read)
+    history_rank{r}.csv         the whole run's steps, every step while the run is short, older
+                                steps aggregated as it grows (bounded), with the device's samples
+                                (newer runs only; workbench.capture.history)
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -38,6 +41,7 @@ STATUS = "status_rank{rank}.json"
 MEMORY = "memory_rank{rank}.json"
 MEMORY_SNAPSHOT = "memory_snapshot_rank{rank}.pickle"
 EXPERTS = "experts_rank{rank}.csv"
+HISTORY = "history_rank{rank}.csv"
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -79,7 +83,39 @@ NVML_COLUMNS = (
     "cpu_util_pct",  # whole-machine CPU utilisation
     "proc_cpu_pct",  # this rank process (100 = one core)
     "rss_bytes",
+    # newer columns (older runs lack them; readers must not require them):
+    "gpu_temp_c",  # the GPU's core temperature (NVML_TEMPERATURE_GPU)
+    "throttle_reasons",  # NVML's current clocks event reasons, a bit mask (0: none; 0x1 idle is not a throttle)
 )
+
+# Columns of history_rank{r}.csv (optional; older runs have none): one row per block of consecutive
+# steps, ``first_step`` .. ``last_step`` (a block of one step while the run is short; older blocks are
+# merged as the run grows, never a block that holds a change the capture saw). Times in ms, means over
+# the block's steps unless named; empty = unknown or not sampled in the block.
+HISTORY_COLUMNS = (
+    "first_step",
+    "last_step",
+    "steps",  # steps in the block
+    "start_unix_s",  # the first step's start
+    "end_unix_s",  # the last step's end
+    "step_ms",  # the block's typical step: the step's own time in a block of one, the mean of the merged
+    #             blocks' step_ms (weighted by their steps) in a merged one
+    "step_ms_min",  # the fastest and slowest step of the block (empty in a block of one)
+    "step_ms_max",
+    "data_wait_ms",  # DataLoader wait per step
+    "cpu_ms",  # the training thread's CPU time per step
+    "gpu_step_ms",  # the step on the GPU's clock (CUDA runs)
+    "capture_ms",  # the capture's own work per step
+    "profiled",  # steps of the block the profiler recorded
+    "gpu_util_pct",  # the device's samples taken during the block (means; empty where none was taken)
+    "sm_clock_mhz",
+    "gpu_temp_c",
+    "power_w",
+    "throttle_reasons",  # the reasons seen in the block, OR-ed
+    "cpu_util_pct",
+    "change",  # 1 where the capture's online detector saw the step time change (capture.change_watch)
+)
+
 
 # Columns of experts_rank{r}.csv (optional; older runs and dense models have none; readers must not
 # require it): one row per profiled step, MoE layer and routed expert.
@@ -136,8 +172,13 @@ STATUS_KEYS = ("rank", "exit_code", "error", "signal", "stopped", "steps_from", 
                "profiler_phase",  # what the profiler was doing in the failed step: off, warmup, record
                "steps_from_switched",  # [{"step", "from", "to"}]: auto's time windows gave way to iterations
                "profiler_yielded",  # the script ran its own torch.profiler: ours stood down (why)
+               "history",  # the step history: {rows, steps, changes_flagged, cost_us_per_step} (its own work per step)
                )
 
 
 def experts_name(rank: int) -> str:
     return EXPERTS.format(rank=rank)
+
+
+def history_name(rank: int) -> str:
+    return HISTORY.format(rank=rank)

@@ -46,6 +46,8 @@ class RankData:
     the first optimizer step, the allocator at an out-of-memory error), or None."""
     experts: pd.DataFrame | None = None
     """experts_rank{r}.csv (contract.EXPERT_COLUMNS), or None (optional: a dense model, an older run)."""
+    history: pd.DataFrame | None = None
+    """history_rank{r}.csv (contract.HISTORY_COLUMNS): the whole run's steps, or None (an older run)."""
     summary: Any = None
     """workbench.analysis.frames.RankSummary: the rank reduced to what analysis reads (set by
     ``workbench.pipeline.reduce.load_reduced``, where ``trace`` stays None)."""
@@ -262,6 +264,10 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
                 if missing := [c for c in contract.EXPERT_COLUMNS if c not in df.columns]:
                     raise TraceError(f, f"not an expert-load file: no column {', '.join(missing)}")
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).experts = df
+        for f in sorted(path.glob("history_rank*.csv")):
+            r = int(re.findall(r"\d+", f.stem)[-1])
+            if (wanted is None or r in wanted) and (df := _read_csv(f)) is not None and "step_ms" in df:
+                run.ranks.setdefault(r, RankData(rank=r, trace=None)).history = df
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
     run.warnings.extend(notes(run))

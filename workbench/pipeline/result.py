@@ -88,6 +88,14 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                                         # present only where a figure was past its physical bound
                                         # (workbench.pipeline.bounds): it is withheld (null) above,
                                         # and a line of run.warnings says which evidence disagreed
+      "history": {                      # only where the capture wrote a step history (analysis.history)
+        "ranks": [int], "steps", "rows", "aggregated",   # steps: the last step + 1; aggregated: old steps merged
+        "step_ms": {"median", "p10", "p90"}, "per_rank": [{"rank", "median_ms", "steps"}],
+        "capture_ms_per_step", "method": str,
+        "change_points": [{"step", "before_ms", "after_ms", "change_pct", "ranks": [int],
+                           "cause": {"kind": "data_wait"|"gpu_clocks"|"host_cpu"|"rank"|"unknown", "ranks", "detail"}}],
+        "cost": {"us_per_step", "pct_of_step", "source"}   # the history's own work per step
+      }
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -105,28 +113,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 JSON_SCHEMA = "workbench.analyze/1"
-SCHEMA_NOTES = (
-    ("workbench.analyze/1", "run, summary, diagnoses, verdict, metrics, collectives, clock"),
-    ("workbench.analyze/1", "+ efficiency (FLOPs, MFU, kernel classes); summary.host_ahead"),
-    ("workbench.analyze/1", "+ summary.trace_step_ms, steps_covered, job, capture_overhead, note (the job's step)"),
-    ("workbench.analyze/1", "+ model; efficiency.hfu_pct, hfu_bf16_pct, mfu_source, mfu_convention, mfu_note, "
-                            "model_flops_per_step (MFU counts the model's FLOPs); metrics.mfu_pct, hfu_pct"),
-    ("workbench.analyze/1", "+ diagnoses[].alternatives (the planner's answers to a finding)"),
-    ("workbench.analyze/1", "+ memory (by category); diagnoses out_of_memory and job_failed (a failed run's verdict, "
-                            "with or without a trace); a run whose steps are time windows says so in run.warnings and "
-                            "the verdict, and leaves out metrics.steady_step_ms, tokens_per_s, mfu_pct, hfu_pct"),
-    ("workbench.analyze/1", "+ expert_load (MoE runs whose expert load was recorded); metrics.expert_maxvio"),
-    ("workbench.analyze/1", "+ run.partial, run.devices (a partial run, ranks on different GPU models), where so"),
-    ("workbench.analyze/1", "+ implausible (figures withheld past their physical bounds), where there are any; "
-                            "no NaN or Infinity (a non-finite figure is null)"),
-    ("workbench.analyze/1", "+ efficiency.mfu_by_convention (torchtitan, megatron, palm), efficiency.moe (routing and "
-                            "dispatch shares of the step); model.expert_load; model fields of mixtures of experts and "
-                            "latent attention (experts, top_k, shared_experts, moe_ffn, moe_layers, dense_layers, "
-                            "params_active, v_head_dim, attention, q_lora_rank, kv_lora_rank), layout.ep"),
-    ("workbench.analyze/1", "+ efficiency.mfu_by_convention.nanogpt, the headline's convention (torchtitan's entry "
-                            "now its own count: a tied table left out); model.fields.qk_norm"),
-)
-"""What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""
+from workbench.pipeline.schema_notes import SCHEMA_NOTES  # noqa: E402 - what each release added
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
 """The step's categories (workbench.analysis.steps.CATEGORIES; repeated here so that reading a
 document needs no pandas — tests/pipeline pins them equal)."""
@@ -338,6 +325,9 @@ class Result:
     """Tokens per expert and MaxVio per MoE layer (analysis.experts); None where not recorded."""
     implausible: tuple[dict, ...] = ()
     """Figures withheld past their physical bounds (workbench.pipeline.bounds): figure, value, bound, why."""
+    history: dict | None = None
+    """The whole run's step history: its summary and change points (workbench.analysis.history); None
+    for a run without one."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -364,6 +354,7 @@ class Result:
             **({"memory": _plain(self.memory)} if self.memory is not None else {}),
             **({"expert_load": _plain(self.expert_load)} if self.expert_load is not None else {}),
             **({"implausible": _plain(self.implausible)} if self.implausible else {}),
+            **({"history": _plain(self.history)} if self.history is not None else {}),
         }
 
     @classmethod
@@ -385,7 +376,8 @@ class Result:
                    efficiency=Efficiency.from_json(doc.get("efficiency")), model=ModelInfo.from_json(doc.get("model")),
                    memory=doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
                    json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"),
-                   implausible=tuple(doc.get("implausible") or ()))
+                   implausible=tuple(doc.get("implausible") or ()),
+                   history=doc.get("history") if isinstance(doc.get("history"), dict) else None)
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""

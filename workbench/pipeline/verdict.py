@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.pipeline import bounds, reduce
+from workbench.pipeline import bounds, long_run, reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import capture_cost, correct_breakdown, correction_note, device_bound_job, job_steps, job_words
@@ -350,7 +350,7 @@ class Analysis:
                 efficiency=Efficiency.from_json(self.efficiency_json()),
                 model=ModelInfo.from_json(self.model_json()),
                 memory=self.context.memory_by_category if self.context is not None else None,
-                expert_load=self.expert_load_json())
+                expert_load=self.expert_load_json(), history=self.context.history if self.context else None)
             # every figure held to its physical bound (pipeline.bounds), then as it reads back
             self._result = Result.from_json(json.loads(dumps(bounds.apply(r.to_json(), self.withheld), default=str)))
         return self._result
@@ -402,7 +402,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
-                  experts=experts)
+                  experts=experts, history=long_run.history_json(run))
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,

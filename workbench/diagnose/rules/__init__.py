@@ -16,6 +16,7 @@ from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
     host_sync,
     pageable_memcpy,
     straggler_rank,
+    mid_run_slowdown,
     expert_imbalance,
     pipeline_bubble,
     training_instability,
