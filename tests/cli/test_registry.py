@@ -19,7 +19,7 @@ from workbench.format.errors import WorkbenchError
 pytestmark = pytest.mark.live
 
 CLI = Path(cli.__file__).parent
-ORDER = ["profile", "analyze", "train", "compare", "report", "plan"]  # `workbench --help`'s, as before the registry
+ORDER = ["profile", "capture", "analyze", "train", "compare", "report", "plan"]  # `workbench --help`'s
 
 
 def registers(path: Path) -> list[str]:

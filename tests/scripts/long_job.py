@@ -16,7 +16,8 @@ loaded machine adds to the work, so the step's time is steady).
   ``__next__`` (a data path that sags), on every rank or on ``--slow-rank R`` only.
 - ``--hang skip|stall|size --hang-at S`` (rank ``--hang-rank``, default 1): at step S that rank skips
   the all_reduce, sleeps an hour before it, or all-reduces 512 floats instead of 1,024.
-- ``--seconds T``: run until T seconds have passed instead of ``--steps`` (an on-demand window's job).
+- ``--seconds T``: run until T seconds have passed instead of ``--steps`` (an on-demand window's job); on
+  several ranks they stop at the same step (the all_reduce carries whether a rank's time is up).
 
 It prints its own measure at the end, on rank 0: ``long_job: before_ms=… after_ms=…`` (the medians
 of its steps before and from ``--slow-from``, timed with ``time.perf_counter`` around each step):
@@ -99,7 +100,8 @@ def main() -> None:
     flat = torch.zeros(1024)
     times: list[float] = []
     t_end = time.monotonic() + args.seconds if args.seconds > 0 else None
-    while (t_end is not None and time.monotonic() < t_end) or (t_end is None and step < args.steps):
+    done = False
+    while not done and (t_end is not None or step < args.steps):
         t0 = time.perf_counter()
         x = next(batches)
         loss = model(x).square().mean()
@@ -114,7 +116,12 @@ def main() -> None:
             if hang_here and args.hang == "size":
                 dist.all_reduce(torch.zeros(512))
             elif not (hang_here and args.hang == "skip"):
+                # the ranks stop together: the gradient's first element carries "my time is up"
+                flat[0] = float(t_end is not None and time.monotonic() >= t_end)
                 dist.all_reduce(flat)
+                done = bool(flat[0] > 0)
+        else:
+            done = t_end is not None and time.monotonic() >= t_end
         extra = args.slowdown if slow_here() and args.data_wait_ms <= 0 else 0.0
         waited = data_delay()  # spent in the DataLoader's __next__ above: it lengthens the step
         pause(t0 + (args.base_ms * (1.0 + extra) / 1e3) + waited - time.perf_counter())

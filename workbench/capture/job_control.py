@@ -55,7 +55,13 @@ class ChildJob:
     gets after it.
     """
 
-    def __init__(self, cmd: list[str], env: dict[str, str], *, grace_s: float | None = None) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str], *, grace_s: float | None = None,
+                 on_usr1=None, on_poll=None) -> None:
+        """``on_usr1()``: what SIGUSR1 to this process does (a window asked of the job); ``on_poll()``:
+        called as the job runs (every ~0.1 s), returns a reason to end the job (a hang) or None."""
+        self.on_usr1, self.on_poll = on_usr1, on_poll
+        self.ended_for: str | None = None
+        """Why :meth:`wait` ended the job itself (``on_poll``'s reason), or None."""
         self.grace_s = grace_s if grace_s is not None else float(os.environ.get(GRACE_ENV) or GRACE_S)
         self.signum: int | None = None
         self.leftovers: list[int] = []
@@ -69,6 +75,8 @@ class ChildJob:
     def __enter__(self) -> "ChildJob":
         if threading.current_thread() is threading.main_thread():  # signal.signal works only there
             self._previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
+            if self.on_usr1 is not None:
+                self._previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda *_: self.on_usr1())
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -94,6 +102,14 @@ class ChildJob:
         # A repeated signal is passed on too: the user means it, and a rank that swallowed the
         # first one (a script catching KeyboardInterrupt) gets another chance before SIGKILL.
         self._signal_group(self.pgid, signum)
+
+    def end(self, why: str, grace_s: float = 5.0) -> None:
+        """End the job for ``why`` (not a user's signal): SIGTERM to the whole tree now, SIGKILL to what
+        is left ``grace_s`` later (a rank blocked in a collective never runs Python's handler)."""
+        self.ended_for = why
+        self._scan()
+        self._deadline = time.monotonic() + grace_s
+        self._signal_all(signal.SIGTERM)
 
     # ---- the tree ----------------------------------------------------------------------------
     def _scan(self) -> None:
@@ -144,6 +160,8 @@ class ChildJob:
             if now >= next_scan:
                 self._scan()
                 next_scan = now + SCAN_S
+            if self.on_poll is not None and self.ended_for is None and (why := self.on_poll()):
+                self.end(why)
             if self._deadline is not None and now >= self._deadline:
                 self._signal_all(signal.SIGKILL)
         self._end_leftovers()

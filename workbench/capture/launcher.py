@@ -222,7 +222,7 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
             command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
             stop_after_profile: bool = False, profile_memory: bool | None = None,
-            memory_history: int = 0) -> tuple[int, Path]:
+            memory_history: int = 0, window_on_change: int = 0) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
 
     ``nproc``: None runs one process as ``python SCRIPT`` would; N ranks as ``torchrun
@@ -234,7 +234,9 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
     per-event memory records (the memory timeline; off by default: the allocator's peaks are in
     every step row); ``memory_history``: entries of the CUDA allocator's history to record (0: off;
     workbench.capture.memory); ``max_steps`` / ``stop_after_profile`` end the
-    script cleanly after that many steps / after the last profiled step.
+    script cleanly after that many steps / after the last profiled step; ``window_on_change``: a window
+    of that many steps where the capture sees the step time change (workbench.capture.windows). SIGUSR1
+    to this process asks the job for a window of 3 steps (as ``workbench capture RUN --steps 3``).
     """
     steps_from = parse_steps_from(steps_from)
     if max_steps is not None and max_steps < 1:
@@ -254,6 +256,8 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
         env["WORKBENCH_PROFILE_MEMORY"] = "1" if profile_memory else "0"
     if memory_history:
         env["WORKBENCH_MEMORY_HISTORY"] = str(int(memory_history))
+    if window_on_change:
+        env["WORKBENCH_WINDOW_ON_CHANGE"] = str(int(window_on_change))
     command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc else []), script, *args]
 
     if already_a_rank():
@@ -284,7 +288,7 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
                  "--master-port", os.environ.get("MASTER_PORT") or str(_free_port()),
                  "-m", "workbench.capture.bootstrap", script, *args]
     # Signals stay ours until the manifest is complete: a second Ctrl-C must not leave it `running`.
-    with ChildJob(child, env) as job:
+    with ChildJob(child, env, on_usr1=lambda: _window_on_signal(run_dir)) as job:
         code = job.wait()
         if code < 0:  # killed by a signal: report it as a shell would
             code = 128 - code
@@ -297,6 +301,18 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
                   f"(pid {', '.join(map(str, job.leftovers))}): ended them", file=sys.stderr, flush=True)
         finish_manifest(run_dir, manifest, code, signum=job.signum, leftovers=job.leftovers)
     return code, run_dir
+
+
+def _window_on_signal(run_dir: Path) -> None:
+    """SIGUSR1 to ``workbench profile``: a window of the default steps asked of the running job."""
+    from workbench.capture.window_request import request
+
+    try:
+        req = request(run_dir, 3, trigger="signal", by="SIGUSR1 to workbench profile")
+        print(f"workbench: SIGUSR1: window {req['id']} asked for steps {req['first_step']}–{req['first_step'] + 2}",
+              file=sys.stderr, flush=True)
+    except (ValueError, OSError) as e:
+        print(f"workbench: SIGUSR1: no window: {e}", file=sys.stderr, flush=True)
 
 
 def _ranks_died(run_dir: Path) -> list[int]:

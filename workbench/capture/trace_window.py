@@ -4,6 +4,7 @@ makes ours stand down when the script starts a profiler of its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -173,6 +174,38 @@ class Tracer:
             self.say(f"could not stop the time-window trace: {e}")
         self.prof = make_profiler(self.config, self._ready, first=first)
         self.prof.start()
+
+    def open_window(self, first: int, steps: int, out: Path, on_written: Callable[[bool, str | None], None]) -> str | None:
+        """Record steps ``first`` … ``first + steps - 1`` (the step before warms the profiler up) into
+        ``out/rank{r}.pt.trace.json.gz``, called at the boundary before that warm-up step; then
+        ``on_written(complete, error)``. Returns why not, or None: the launch window is still to be done,
+        or the script runs its own profiler."""
+        if self.yielded:
+            return "the script runs its own torch.profiler"
+        if self.prof is not None and not window_complete(self.prof, self.config):
+            return "the launch window (--schedule) has not been recorded yet"
+        if self.prof is not None:
+            prof, self.prof = self.prof, None
+            try:
+                prof.stop()  # its window is written: nothing is left to record
+            except Exception as e:
+                self.say(f"could not stop the finished profiler: {e}")
+        c = dataclasses.replace(self.config, wait=0, warmup=1, active=steps)
+        out.mkdir(parents=True, exist_ok=True)
+
+        def ready(prof: profile) -> None:
+            if not self.exporting():
+                return
+            try:
+                export_trace(prof, out, self.rank, contract.trace_name(self.rank))
+            except OSError as e:
+                on_written(False, f"{e.strerror or e}")
+                return
+            on_written(window_complete(prof, c), None)
+
+        self.prof = make_profiler(c, ready, first=max(0, first - 1))
+        self.prof.start()
+        return None
 
     def stop(self, *, failed: bool = False) -> None:
         """Stop the profiler; mid-window, it still writes what it recorded. ``failed``: the step in

@@ -20,7 +20,7 @@ from workbench.format.errors import WorkbenchError
 
 # One module per command, each registering itself with @command (workbench.cli.registry); this
 # order is `workbench --help`'s. A new command is its module and one name here.
-MODULES = ("profile", "analyze", "train", "compare", "report", "plan")
+MODULES = ("profile", "capture", "analyze", "train", "compare", "report", "plan")
 
 
 def commands() -> list[Command]:

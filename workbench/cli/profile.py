@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   workbench profile --nproc-per-node 1 multigpu_torchrun.py 50 10   # a script that reads LOCAL_RANK
   workbench profile multigpu.py 50 10       # ranks started by torch.multiprocessing.spawn: each captured
   torchrun --nproc-per-node 8 -m workbench profile train.py     # already under torchrun/srun
+  workbench profile --window-on-change 5 train.py   # a window where the step time changes; workbench capture for more
 """
 
 
@@ -44,6 +45,9 @@ def _arguments(pr: argparse.ArgumentParser) -> None:
                     help="record the CUDA allocator's history (at most N entries, Python stacks) and write "
                          "memory_snapshot_rank{r}.pickle at an out-of-memory error and at the end, for PyTorch's "
                          "memory viewer (pytorch.org/memory_viz); CUDA only")
+    pr.add_argument("--window-on-change", type=positive_int, default=0, metavar="N",
+                    help="open a profiler window of N steps where the capture sees the step time change (at most 3 a "
+                         "run); `workbench capture RUN --steps N` or SIGUSR1 to this process open one on demand")
     pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
     pr.add_argument("script", help="the training script")
     pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -61,5 +65,5 @@ def cmd_profile(args: argparse.Namespace) -> int:
     code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out,
                             schedule=parse_schedule(args.schedule), steps_from=args.steps_from, max_steps=args.max_steps,
                             stop_after_profile=args.stop_after_profile, profile_memory=args.profile_memory or None,
-                            memory_history=args.memory_history)
+                            memory_history=args.memory_history, window_on_change=args.window_on_change)
     return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)

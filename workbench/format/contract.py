@@ -19,6 +19,12 @@ A run directory ``traces/<run>/`` holds::
     history_rank{r}.csv         the whole run's steps, every step while the run is short, older
                                 steps aggregated as it grows (bounded), with the device's samples
                                 (newer runs only; workbench.capture.history)
+    window_request.json         the last window asked of the running job (workbench capture, a
+                                signal, a file, a change point): id, first step, steps, ranks, trigger
+    windows/<id>/               a window opened while the job ran: rank{r}.pt.trace.json.gz and
+                                window_rank{r}.json (its steps and how it went) per rank
+    hang_rank{r}.json           what rank r was doing when the job hung (--hang-timeout): its Python
+                                stacks and its last collectives
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -42,6 +48,17 @@ MEMORY = "memory_rank{rank}.json"
 MEMORY_SNAPSHOT = "memory_snapshot_rank{rank}.pickle"
 EXPERTS = "experts_rank{rank}.csv"
 HISTORY = "history_rank{rank}.csv"
+WINDOW_REQUEST = "window_request.json"
+WINDOWS = "windows"
+WINDOW_RECORD = "window_rank{rank}.json"
+HANG = "hang_rank{rank}.json"
+WINDOW_TRIGGERS = ("launch", "on_demand", "signal", "file", "change_point")
+"""What opened a window: the launch schedule (--schedule), ``workbench capture``, SIGUSR1, a trigger file,
+a change point the capture saw (--window-on-change)."""
+# manifest.json["status"] of a job that made no progress for --hang-timeout seconds and was ended
+STATUS_HUNG = "hung"
+HANG_EXIT_CODE = 124
+"""``workbench profile``'s exit code for a hung job (as timeout(1) exits when its command timed out)."""
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -182,3 +199,11 @@ def experts_name(rank: int) -> str:
 
 def history_name(rank: int) -> str:
     return HISTORY.format(rank=rank)
+
+
+def window_record_name(rank: int) -> str:
+    return WINDOW_RECORD.format(rank=rank)
+
+
+def hang_name(rank: int) -> str:
+    return HANG.format(rank=rank)

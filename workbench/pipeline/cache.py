@@ -379,6 +379,9 @@ def _result_key(path: Path | str) -> tuple[Path, dict] | None:
     key["csv"] = [stat_key(f) for f in sorted(path.glob("*.csv"))] if path.is_dir() else []
     # what the capture wrote beside the traces that the verdict also reads (memory records)
     key["memory"] = [stat_key(f) for f in sorted(path.glob("memory_rank*.json"))] if path.is_dir() else []
+    # windows opened while the job ran, and what the ranks recorded when it hung
+    key["windows"] = [stat_key(f) for f in sorted(path.glob("windows/*/*"))] if path.is_dir() else []
+    key["hang"] = [stat_key(f) for f in sorted(path.glob("hang_rank*.json"))] if path.is_dir() else []
     key["target"] = path.name
     return run_path, json.loads(json.dumps(key))
 

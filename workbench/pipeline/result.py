@@ -96,6 +96,11 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                            "cause": {"kind": "data_wait"|"gpu_clocks"|"host_cpu"|"rank"|"unknown", "ranks", "detail"}}],
         "cost": {"us_per_step", "pct_of_step", "source"}   # the history's own work per step
       }
+      "windows": [{"id", "trigger", "path", "status",   # launch (--schedule), on_demand, signal, file, change_point
+                   "ranks": {rank: {"first_step", "last_step", "status", "reason"}},
+                   "summary": {"trace_step_ms", "breakdown_pct", "verdict", "diagnoses"},   # opened windows
+                   "vs_launch": {"step_ms"|"<category>_ms": {"launch", "window", "change_pct"}}}]
+                                        # present where the run has a step history or opened windows
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -328,6 +333,8 @@ class Result:
     history: dict | None = None
     """The whole run's step history: its summary and change points (workbench.analysis.history); None
     for a run without one."""
+    windows: tuple[dict, ...] = ()
+    """The launch window and those opened while the job ran (pipeline.long_run.windows_json)."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -355,6 +362,7 @@ class Result:
             **({"expert_load": _plain(self.expert_load)} if self.expert_load is not None else {}),
             **({"implausible": _plain(self.implausible)} if self.implausible else {}),
             **({"history": _plain(self.history)} if self.history is not None else {}),
+            **({"windows": _plain(self.windows)} if self.windows else {}),
         }
 
     @classmethod
@@ -377,7 +385,8 @@ class Result:
                    memory=doc.get("memory") if isinstance(doc.get("memory"), dict) else None,
                    json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"),
                    implausible=tuple(doc.get("implausible") or ()),
-                   history=doc.get("history") if isinstance(doc.get("history"), dict) else None)
+                   history=doc.get("history") if isinstance(doc.get("history"), dict) else None,
+                   windows=tuple(doc.get("windows") or ()))
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""

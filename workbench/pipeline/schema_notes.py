@@ -23,6 +23,7 @@ SCHEMA_NOTES = (
     ("workbench.analyze/1", "+ efficiency.mfu_by_convention.nanogpt, the headline's convention (torchtitan's entry "
                             "now its own count: a tied table left out); model.fields.qk_norm"),
     ("workbench.analyze/1", "+ history (the whole run's steps, change points and their causes, the history's cost), "
-                            "where the run has a step history; diagnosis mid_run_slowdown"),
+                            "where the run has a step history; diagnosis mid_run_slowdown; windows (the launch window and those opened "
+                            "while the job ran, each analysed and set against the launch window)"),
 )
 """What each release added to the schema, oldest first (CHANGELOG.md has the dates)."""

@@ -72,6 +72,8 @@ class Analysis:
     """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
     withheld: list[dict] = field(default_factory=list)
     """Findings set aside because their evidence is past a physical bound (pipeline.bounds)."""
+    windows: list[dict] | None = None
+    """The launch window and the windows opened while the job ran (pipeline.long_run.windows_json)."""
     _model: dict | None = None
     _efficiency: dict | None = None
     _expert_load: dict | None = None
@@ -350,7 +352,8 @@ class Analysis:
                 efficiency=Efficiency.from_json(self.efficiency_json()),
                 model=ModelInfo.from_json(self.model_json()),
                 memory=self.context.memory_by_category if self.context is not None else None,
-                expert_load=self.expert_load_json(), history=self.context.history if self.context else None)
+                expert_load=self.expert_load_json(), history=self.context.history if self.context else None,
+                windows=tuple(self.windows) if self.windows else ())
             # every figure held to its physical bound (pipeline.bounds), then as it reads back
             self._result = Result.from_json(json.loads(dumps(bounds.apply(r.to_json(), self.withheld), default=str)))
         return self._result
@@ -407,6 +410,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
                  context=ctx, trace_breakdown=recorded, job=job, withheld=withheld)
+    a.windows = long_run.windows_json(run, recorded, analyze_run)
     if not experts:  # an MoE run without its expert load says so (analysis.experts)
         evidence = {r: ctx.frame(ROUTED_EXPERTS, r) for r in ranks}
         if note := not_recorded_note(evidence, value(a.model_json(), "experts")):
