@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import TRACES
 from workbench.format.errors import TraceError
-from workbench.load import trace as trace_mod
+from workbench.load import text as text_mod
 from workbench.load.trace import read_bytes, read_trace
 
 REAL = TRACES / "gpu_fixed_data" / "rank0.pt.trace.json.gz"  # an H200 trace: kernels, memory, devices
@@ -33,10 +33,10 @@ def assert_same_trace(a, b) -> None:
 
 
 @pytest.mark.committed
-@pytest.mark.parametrize("read_size", [trace_mod.READ_BYTES, 4099])  # small reads: members span reads
+@pytest.mark.parametrize("read_size", [text_mod.READ_BYTES, 4099])  # small reads: members span reads
 @pytest.mark.parametrize("members,zeros", [(2, 0), (3, 0), (3, 5000)])
 def test_real_trace_as_several_members_gives_the_same_tables(tmp_path, monkeypatch, members, zeros, read_size):
-    monkeypatch.setattr(trace_mod, "READ_BYTES", read_size)
+    monkeypatch.setattr(text_mod, "READ_BYTES", read_size)
     text = gzip.decompress(REAL.read_bytes())
     f = tmp_path / "rank0.pt.trace.json.gz"
     f.write_bytes(_members(text, members, zeros))
@@ -68,7 +68,7 @@ def test_truncated_second_member_is_truncated_in_one_line(tmp_path):
 @pytest.mark.unit
 def test_decompression_limit_counts_all_members(tmp_path, monkeypatch):
     """Three members of 400 KiB of text each: each under a 1 MiB limit, together over it."""
-    monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 1 << 20)
+    monkeypatch.setattr(text_mod, "MAX_TRACE_BYTES", 1 << 20)
     f = tmp_path / "rank0.pt.trace.json.gz"
     f.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (400 << 10)) + gzip.compress(b" " * (400 << 10))
                   + gzip.compress(b" " * (400 << 10) + b"]}"))

@@ -78,7 +78,7 @@ def test_newer_schema_is_refused(tmp_path):
 
 @pytest.mark.unit
 def test_gzip_bomb_is_refused(tmp_path, monkeypatch):
-    import workbench.load.trace as t
+    import workbench.load.text as t
 
     monkeypatch.setattr(t, "MAX_TRACE_BYTES", 1000)
     f = write(tmp_path / "big.pt.trace.json.gz", gzip.compress(b" " * 5000 + json.dumps(GOOD).encode()))

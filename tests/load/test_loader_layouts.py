@@ -15,6 +15,7 @@ import json
 import pandas as pd
 import pytest
 
+import workbench.load.slicing as slicing
 import workbench.load.trace as trace_mod
 from workbench.format.errors import TraceError
 from workbench.load.trace import read_trace
@@ -130,7 +131,7 @@ def test_separator_lookalikes_inside_args_step_back(tmp_path, monkeypatch, separ
     f = tmp_path / "adv.pt.trace.json"
     f.write_text(text)
     failed = []
-    real = trace_mod.EVENTS_DECODER
+    real = slicing.EVENTS_DECODER
 
     class Spy:
         def decode(self, text):
@@ -142,7 +143,7 @@ def test_separator_lookalikes_inside_args_step_back(tmp_path, monkeypatch, separ
 
     with monkeypatch.context() as m:
         adds = _no_whole_file(m)
-        m.setattr(trace_mod, "EVENTS_DECODER", Spy())
+        m.setattr(slicing, "EVENTS_DECODER", Spy())
         sliced = read_trace(f, slice_bytes=8 << 10)
     assert len(adds) >= 20
     assert len(failed) >= 3, "no look-alike was ever tried: the test does not exercise the step back"

@@ -160,7 +160,7 @@ def _trace_docs(draw):
 
 # A strict gate: the same 200 derandomized examples every run (identical under PYTHONHASHSEED 1-3,
 # checked; clean under 1-15). The loader checks every header field analysis reads
-# (workbench.load.trace, "the header") and bounds the args it stores; before the gate was made
+# (workbench.load.header) and bounds the args it stores; before the gate was made
 # strict, 16,000 random (not derandomized) examples of these strategies ran clean. A failure here
 # is a new bug, or analysis code that reads something the loader does not check yet: reduce it
 # to a FOUND entry below and fix it at the loader where the field comes from.
@@ -348,12 +348,12 @@ def _gzip_bomb(tmp_path, monkeypatch, capsys) -> rt.Outcome:
     """A 4 MiB-of-text gzip (4 KB on disk) against MAX_TRACE_BYTES patched to 1 MiB: a real bomb
     over the 8 GiB limit would take minutes to inflate, and no option sets the limit from the CLI."""
     from workbench.cli import main as cli
-    from workbench.load import trace
+    from workbench.load import text
 
     d = tmp_path / "bomb"
     d.mkdir()
     (d / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (4 << 20) + b"]}"))
-    monkeypatch.setattr(trace, "MAX_TRACE_BYTES", 1 << 20)
+    monkeypatch.setattr(text, "MAX_TRACE_BYTES", 1 << 20)
     code = cli.main(["analyze", "--json", str(d)])
     err = capsys.readouterr().err.strip().splitlines()
     return rt.Outcome("in-process, limit patched to 1 MiB", code, err[0].replace(str(d), "DIR") if err else "",
