@@ -41,6 +41,7 @@ FIRING = {
     "pageable_memcpy": DATA / "gpu_pageable",
     "straggler_rank": TRACES / "fault_straggler",
     "mid_run_slowdown": DATA / "long_data_straggler",
+    "collective_hang": DATA / "hang_stall_2rank",
     "expert_imbalance": TRACES / "engine_moe_skewed",
     "pipeline_bubble": TRACES / "engine_pp_1f1b_m8",
     "out_of_memory": TRACES / "failed_oom_backward",

@@ -15,7 +15,9 @@ loaded machine adds to the work, so the step's time is steady).
 - ``--data-wait-ms W`` with ``--slow-from``: instead, each step waits W ms more in the DataLoader's
   ``__next__`` (a data path that sags), on every rank or on ``--slow-rank R`` only.
 - ``--hang skip|stall|size --hang-at S`` (rank ``--hang-rank``, default 1): at step S that rank skips
-  the all_reduce, sleeps an hour before it, or all-reduces 512 floats instead of 1,024.
+  the all_reduce, sleeps an hour before it, or all-reduces 512 floats instead of 1,024. ``--ddp``: the
+  gradients go through DistributedDataParallel (its all-reduces run in C++, inside backward: only the
+  Flight Recorder sees them); ``--hang stall`` then sleeps before the forward.
 - ``--seconds T``: run until T seconds have passed instead of ``--steps`` (an on-demand window's job); on
   several ranks they stop at the same step (the all_reduce carries whether a rank's time is up).
 
@@ -74,6 +76,7 @@ def main() -> None:
     p.add_argument("--hang", choices=("skip", "stall", "size"), default=None)
     p.add_argument("--hang-at", type=int, default=30)
     p.add_argument("--hang-rank", type=int, default=1)
+    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel's own all-reduces instead of the explicit one")
     args = p.parse_args()
 
     torch.set_num_threads(1)  # a tiny model: more threads only contend for the machine's cores
@@ -87,6 +90,8 @@ def main() -> None:
         rank = dist.get_rank()
     torch.manual_seed(0)
     model = nn.Linear(32, 1)  # little work per step: the pace is the pause's, not the machine's load
+    if args.ddp:
+        model = nn.parallel.DistributedDataParallel(model)  # its buckets are all-reduced from C++, in backward
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     step = 0
 
@@ -104,10 +109,12 @@ def main() -> None:
     while not done and (t_end is not None or step < args.steps):
         t0 = time.perf_counter()
         x = next(batches)
+        if args.ddp and args.hang == "stall" and step == args.hang_at and rank == args.hang_rank:
+            time.sleep(3600)  # the others wait in DDP's all-reduce, inside backward
         loss = model(x).square().mean()
         opt.zero_grad()
         loss.backward()
-        if world > 1:
+        if world > 1 and not args.ddp:
             import torch.distributed as dist
 
             hang_here = args.hang is not None and step == args.hang_at and rank == args.hang_rank
@@ -135,6 +142,7 @@ def main() -> None:
     if world > 1:
         import torch.distributed as dist
 
+        dist.barrier()  # as jobs do before they save or exit
         dist.destroy_process_group()
 
 

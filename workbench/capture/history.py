@@ -153,7 +153,7 @@ class StepHistory(Part):
         self.on_change: list[Callable[[int, int], None]] = []
         """Called with (the step a change began at, the step that flagged it)."""
         self.cost_s = 0.0
-        """The history's own work so far (seconds, the training thread's clock)."""
+        """The history's own work so far (seconds of the training thread's CPU time)."""
         self.steps = 0
         self._cpu: dict[int, float] = {}
         self._cpu0 = time.thread_time()
@@ -163,18 +163,20 @@ class StepHistory(Part):
         self._file.flush()
 
     def step_ended(self, session, row: dict[str, Any]) -> None:
-        t0 = time.perf_counter()
         t = time.thread_time()
         self._cpu[row["step"]] = (t - self._cpu0) * 1e3
         self._cpu0 = t
-        self.cost_s += time.perf_counter() - t0
 
     def row_written(self, session, row: dict[str, Any]) -> None:
-        t0 = time.perf_counter()
+        # the history's own work, on the training thread's CPU clock: a shared machine's preemption
+        # (which a wall clock would count) is not the history's cost
+        t0 = time.thread_time()
         try:
             self._add(row)
         finally:
-            self.cost_s += time.perf_counter() - t0
+            t1 = time.thread_time()
+            self.cost_s += t1 - t0
+            self._cpu0 += t1 - t0  # not the step's own CPU time
             self.steps += 1
 
     def _add(self, row: dict[str, Any]) -> None:

@@ -138,14 +138,19 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
         st = json.loads(status_file.read_text())
         ranks.setdefault(str(st["rank"]), {}).update(st)
     first = ranks[min(ranks, key=int)] if ranks else {}
-    died = _ranks_died(run_dir) if job_ended else []
+    from workbench.capture.hang_monitor import hung_ranks
+
+    hung = hung_ranks(run_dir)  # the ranks' watchdogs (--hang-timeout) or a collective's own error
+    died = [r for r in _ranks_died(run_dir) if r not in hung] if job_ended else []
     by_rank = [ranks[k] for k in sorted(ranks, key=int)]
     signals = [r["signal"] for r in by_rank if r.get("signal")]
     # A rank that failed on its own (not "interrupted by SIGTERM": torchrun stops the others when one
     # fails) makes the run failed, whatever signal the others got; a signal the user sent wins.
     own_failure = any(r.get("error") and not str(r["error"]).startswith("interrupted by") for r in by_rank)
     sig = signal.Signals(signum).name if signum else (signals[0] if signals and not died and not own_failure else None)
-    if sig or (exit_code == 130 and not died and not own_failure):
+    if hung and not signum:
+        status = contract.STATUS_HUNG
+    elif sig or (exit_code == 130 and not died and not own_failure):
         status = contract.STATUS_INTERRUPTED
     else:
         status = contract.STATUS_OK if exit_code == 0 and not died else contract.STATUS_FAILED
@@ -180,6 +185,8 @@ def finish_manifest(run_dir: Path, manifest: dict[str, Any], exit_code: int, *, 
     if leftovers:
         # processes the script left running (forked and never reaped): ended with the job
         manifest["leftovers_ended"] = leftovers
+    if hung:
+        manifest["hang"] = {"ranks": hung, "timeout_s": (manifest.get("capture") or {}).get("hang_timeout_s")}
     write_manifest(run_dir, manifest)
     return manifest
 
@@ -222,7 +229,7 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
             schedule: tuple[int, int, int] = (1, 1, 3), config: dict | None = None,
             command: list[str] | None = None, steps_from: str = "auto", max_steps: int | None = None,
             stop_after_profile: bool = False, profile_memory: bool | None = None,
-            memory_history: int = 0, window_on_change: int = 0) -> tuple[int, Path]:
+            memory_history: int = 0, window_on_change: int = 0, hang_timeout: float | None = None) -> tuple[int, Path]:
     """Run ``script`` under capture. Returns (exit code, run directory).
 
     ``nproc``: None runs one process as ``python SCRIPT`` would; N ranks as ``torchrun
@@ -237,11 +244,18 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
     script cleanly after that many steps / after the last profiled step; ``window_on_change``: a window
     of that many steps where the capture sees the step time change (workbench.capture.windows). SIGUSR1
     to this process asks the job for a window of 3 steps (as ``workbench capture RUN --steps 3``).
+    ``hang_timeout``: seconds without progress after which the job is named hung, its ranks' stacks and
+    last collectives recorded, and ended (workbench.capture.hang); the exit code is then
+    :data:`~workbench.format.contract.HANG_EXIT_CODE`.
     """
     steps_from = parse_steps_from(steps_from)
     if max_steps is not None and max_steps < 1:
         raise WorkbenchError(f"--max-steps must be >= 1, got {max_steps}")
+    if hang_timeout is not None and hang_timeout <= 0:
+        raise WorkbenchError(f"--hang-timeout must be > 0 seconds, got {hang_timeout:g}")
     capture = {"steps_from": steps_from, "max_steps": max_steps, "stop_after_profile": bool(stop_after_profile)}
+    if hang_timeout:
+        capture["hang_timeout_s"] = hang_timeout
     if not Path(script).is_file():
         raise WorkbenchError(f"training script not found: {script}")
     if nproc is not None and nproc < 1:
@@ -258,6 +272,10 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
         env["WORKBENCH_MEMORY_HISTORY"] = str(int(memory_history))
     if window_on_change:
         env["WORKBENCH_WINDOW_ON_CHANGE"] = str(int(window_on_change))
+    if hang_timeout:
+        from workbench.capture.hang_monitor import hang_env
+
+        env.update(hang_env(run_dir, hang_timeout))
     command = command or ["workbench", "profile", *(["--nproc-per-node", str(nproc)] if nproc else []), script, *args]
 
     if already_a_rank():
@@ -288,11 +306,19 @@ def profile(script: str, args: list[str], *, nproc: int | None = None, out: Path
                  "--master-port", os.environ.get("MASTER_PORT") or str(_free_port()),
                  "-m", "workbench.capture.bootstrap", script, *args]
     # Signals stay ours until the manifest is complete: a second Ctrl-C must not leave it `running`.
-    with ChildJob(child, env, on_usr1=lambda: _window_on_signal(run_dir)) as job:
+    from workbench.capture.hang_monitor import HangMonitor, hung_ranks
+
+    with ChildJob(child, env, on_usr1=lambda: _window_on_signal(run_dir),
+                  on_poll=HangMonitor(run_dir) if hang_timeout else None) as job:
         code = job.wait()
         if code < 0:  # killed by a signal: report it as a shell would
             code = 128 - code
-        if not _ranks_died(run_dir):  # else the survivors' codes only say torchrun stopped them
+        if hung_ranks(run_dir) and not job.signum:
+            print(f"workbench: {job.ended_for or 'a collective failed'}: the job was ended; each rank's stacks and last "
+                  f"collectives are in {run_dir}/hang_rank*.json (workbench analyze names the collective)",
+                  file=sys.stderr, flush=True)
+            code = contract.HANG_EXIT_CODE
+        elif not _ranks_died(run_dir):  # else the survivors' codes only say torchrun stopped them
             code = _rank_exit_code(run_dir, code)
         if job.signum:
             code = 128 + job.signum

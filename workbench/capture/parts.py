@@ -51,7 +51,7 @@ class Part:
 
 PartFactory = Callable[[CaptureSession], "Part | None"]
 
-PART_MODULES: tuple[str, ...] = ("workbench.capture.history", "workbench.capture.windows")
+PART_MODULES: tuple[str, ...] = ("workbench.capture.history", "workbench.capture.windows", "workbench.capture.hang")
 """The modules whose parts every session runs (each registers its factory when imported)."""
 
 PARTS: list[PartFactory] = []

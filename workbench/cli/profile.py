@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   workbench profile multigpu.py 50 10       # ranks started by torch.multiprocessing.spawn: each captured
   torchrun --nproc-per-node 8 -m workbench profile train.py     # already under torchrun/srun
   workbench profile --window-on-change 5 train.py   # a window where the step time changes; workbench capture for more
+  workbench profile --nproc-per-node 8 --hang-timeout 300 train.py   # a hung collective named, the job ended (exit 124)
 """
 
 
@@ -48,6 +49,10 @@ def _arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--window-on-change", type=positive_int, default=0, metavar="N",
                     help="open a profiler window of N steps where the capture sees the step time change (at most 3 a "
                          "run); `workbench capture RUN --steps N` or SIGUSR1 to this process open one on demand")
+    pr.add_argument("--hang-timeout", type=float, default=None, metavar="S",
+                    help="when no rank ends a step for S seconds, record every rank's Python stack and last collectives "
+                         "(the capture's record; PyTorch's Flight Recorder), end the job and exit 124; analyze names the "
+                         "collective (collective_hang)")
     pr.add_argument("--no-analyze", action="store_true", help="do not print the verdict after the run")
     pr.add_argument("script", help="the training script")
     pr.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -65,5 +70,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     code, run_dir = profile(args.script, args.args, nproc=args.nproc_per_node, out=args.out,
                             schedule=parse_schedule(args.schedule), steps_from=args.steps_from, max_steps=args.max_steps,
                             stop_after_profile=args.stop_after_profile, profile_memory=args.profile_memory or None,
-                            memory_history=args.memory_history, window_on_change=args.window_on_change)
+                            memory_history=args.memory_history, window_on_change=args.window_on_change,
+                            hang_timeout=args.hang_timeout)
     return finish_profiled_run(code, run_dir, analyze=not args.no_analyze)

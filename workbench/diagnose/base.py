@@ -92,6 +92,8 @@ class Context:
     """The run's memory by category (workbench.analysis.memory_categories.run_categories), or None."""
     history: dict | None = None
     """The whole run's step history and its change points (workbench.analysis.history.summarise), or None."""
+    hang: dict | None = None
+    """Which collective the job hung in and why (workbench.analysis.hang.diagnose_hang), or None."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)

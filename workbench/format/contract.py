@@ -24,7 +24,9 @@ A run directory ``traces/<run>/`` holds::
     windows/<id>/               a window opened while the job ran: rank{r}.pt.trace.json.gz and
                                 window_rank{r}.json (its steps and how it went) per rank
     hang_rank{r}.json           what rank r was doing when the job hung (--hang-timeout): its Python
-                                stacks and its last collectives
+                                stacks and its last collectives (its own record, the Flight Recorder's)
+    collectives_rank{r}.jsonl   the capture's ring of rank r's last collectives (--hang-timeout)
+    nccl_trace_rank_{r}         NCCL's Flight Recorder dump, written by its watchdog on a timeout
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -52,6 +54,9 @@ WINDOW_REQUEST = "window_request.json"
 WINDOWS = "windows"
 WINDOW_RECORD = "window_rank{rank}.json"
 HANG = "hang_rank{rank}.json"
+COLLECTIVES = "collectives_rank{rank}.jsonl"
+NCCL_TRACE_PREFIX = "nccl_trace_rank_"
+"""``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` under --hang-timeout: NCCL's watchdog appends the rank."""
 WINDOW_TRIGGERS = ("launch", "on_demand", "signal", "file", "change_point")
 """What opened a window: the launch schedule (--schedule), ``workbench capture``, SIGUSR1, a trigger file,
 a change point the capture saw (--window-on-change)."""
@@ -207,3 +212,7 @@ def window_record_name(rank: int) -> str:
 
 def hang_name(rank: int) -> str:
     return HANG.format(rank=rank)
+
+
+def collectives_name(rank: int) -> str:
+    return COLLECTIVES.format(rank=rank)

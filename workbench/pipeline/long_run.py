@@ -85,3 +85,56 @@ def windows_json(run: Run, recorded, analyze: Callable[[Path], Any]) -> list[dic
                                       for k in launch}
         out.append(w)
     return out
+
+
+def _step_of(history) -> Callable[[float], int | None]:
+    """unix seconds → the step that was running then on a rank (its history's rows), else None."""
+    if history is None or len(history) == 0:
+        return lambda t: None
+    import numpy as np
+
+    starts = history["start_unix_s"].to_numpy(dtype=float)
+    firsts = history["first_step"].to_numpy(dtype=int)
+    lasts = history["last_step"].to_numpy(dtype=int)
+
+    def step_of(t: float) -> int | None:
+        i = int(np.searchsorted(starts, t, side="right")) - 1
+        if i < 0:
+            return None
+        return int(lasts[i]) + 1 if i == len(starts) - 1 and t > float(history["end_unix_s"].iloc[-1]) else int(firsts[i])
+    return step_of
+
+
+def hang_json(run: Run) -> dict[str, Any] | None:
+    """The ``hang`` block: which collective the job hung in and why (workbench.analysis.hang), from the
+    ranks' hang records, collective rings and Flight Recorder dumps; None for a run that did not hang."""
+    from workbench.analysis.hang import diagnose_hang, from_flight_recorder
+    from workbench.format.hang_record import read_collectives, read_fr_file, read_hang
+
+    path = Path(run.path)
+    docs = {int(f.stem[len("hang_rank"):]): read_hang(f) for f in path.glob("hang_rank*.json") if f.stem[len("hang_rank"):].isdigit()}
+    rings = {int(f.name[len("collectives_rank"):-len(".jsonl")]): read_collectives(f) for f in path.glob("collectives_rank*.jsonl")
+             if f.name[len("collectives_rank"):-len(".jsonl")].isdigit()}
+    nccl = {int(f.name[len(contract.NCCL_TRACE_PREFIX):]): read_fr_file(f) for f in path.glob(contract.NCCL_TRACE_PREFIX + "*")
+            if f.name[len(contract.NCCL_TRACE_PREFIX):].isdigit()}
+    docs = {r: d for r, d in docs.items() if d is not None}
+    if not docs and not nccl:
+        return None
+    m = run.manifest
+    world = sorted({*docs, *rings, *nccl, *(int(k) for k in (m.get("ranks") or {}) if str(k).isdigit())})
+    reported = {int(k) for k, v in (m.get("ranks") or {}).items() if str(k).isdigit() and isinstance(v, dict) and "exit_code" in v}
+    ranks = {}
+    for r in world:
+        d = docs.get(r) or {}
+        hist = run.ranks[r].history if r in run.ranks else None
+        fr = d.get("flight_recorder") or nccl.get(r)
+        ranks[r] = {"collectives": d.get("collectives") or rings.get(r) or [],
+                    "flight_recorder": from_flight_recorder(fr, _step_of(hist)), "stacks": d.get("stacks"),
+                    "kind": d.get("kind") or ("nccl_watchdog" if r in nccl else None), "why": d.get("why"),
+                    "step": d.get("step"), "died": r not in docs and r not in reported}
+    out = diagnose_hang(ranks, world)
+    if out is None:
+        return None
+    out["timeout_s"] = next((d.get("timeout_s") for d in docs.values() if d.get("timeout_s")), None)
+    out["records"] = {str(r): {"kind": d.get("kind"), "why": d.get("why"), "idle_s": d.get("idle_s")} for r, d in docs.items()}
+    return out

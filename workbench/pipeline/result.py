@@ -88,19 +88,11 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
                                         # present only where a figure was past its physical bound
                                         # (workbench.pipeline.bounds): it is withheld (null) above,
                                         # and a line of run.warnings says which evidence disagreed
-      "history": {                      # only where the capture wrote a step history (analysis.history)
-        "ranks": [int], "steps", "rows", "aggregated",   # steps: the last step + 1; aggregated: old steps merged
-        "step_ms": {"median", "p10", "p90"}, "per_rank": [{"rank", "median_ms", "steps"}],
-        "capture_ms_per_step", "method": str,
-        "change_points": [{"step", "before_ms", "after_ms", "change_pct", "ranks": [int],
-                           "cause": {"kind": "data_wait"|"gpu_clocks"|"host_cpu"|"rank"|"unknown", "ranks", "detail"}}],
-        "cost": {"us_per_step", "pct_of_step", "source"}   # the history's own work per step
-      }
-      "windows": [{"id", "trigger", "path", "status",   # launch (--schedule), on_demand, signal, file, change_point
-                   "ranks": {rank: {"first_step", "last_step", "status", "reason"}},
-                   "summary": {"trace_step_ms", "breakdown_pct", "verdict", "diagnoses"},   # opened windows
-                   "vs_launch": {"step_ms"|"<category>_ms": {"launch", "window", "change_pct"}}}]
-                                        # present where the run has a step history or opened windows
+      "history": {...}, "windows": [...], "hang": {...}
+                                        # a long run's: the whole run's steps and change points
+                                        # (analysis.history), the launch and opened windows
+                                        # (pipeline.long_run), a hung job's collective (analysis.hang);
+                                        # present where the run has them (docs/analyze.md)
     }
 
 Categories: compute, communication, memcpy, dataloader, host, idle (see analysis.steps).
@@ -335,6 +327,8 @@ class Result:
     for a run without one."""
     windows: tuple[dict, ...] = ()
     """The launch window and those opened while the job ran (pipeline.long_run.windows_json)."""
+    hang: dict | None = None
+    """The collective a hung job waited in and why (analysis.hang); None unless the job hung."""
 
     def finding(self, rule_id: str) -> Finding | None:
         return next((d for d in self.diagnoses if d.id == rule_id), None)
@@ -363,6 +357,7 @@ class Result:
             **({"implausible": _plain(self.implausible)} if self.implausible else {}),
             **({"history": _plain(self.history)} if self.history is not None else {}),
             **({"windows": _plain(self.windows)} if self.windows else {}),
+            **({"hang": _plain(self.hang)} if self.hang is not None else {}),
         }
 
     @classmethod
@@ -386,7 +381,7 @@ class Result:
                    json_schema=doc.get("json_schema", JSON_SCHEMA), expert_load=doc.get("expert_load"),
                    implausible=tuple(doc.get("implausible") or ()),
                    history=doc.get("history") if isinstance(doc.get("history"), dict) else None,
-                   windows=tuple(doc.get("windows") or ()))
+                   windows=tuple(doc.get("windows") or ()), hang=doc.get("hang") if isinstance(doc.get("hang"), dict) else None)
 
     def with_alternatives(self, found: dict[str, list[dict]]) -> Result:
         """This result with ``found`` (finding id → the planner's alternatives) on its findings."""

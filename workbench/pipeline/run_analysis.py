@@ -37,7 +37,7 @@ from workbench.pipeline.result import Efficiency, Finding, Metrics, ModelInfo, R
 # A GPU step 10 % longer than the host's view of it is beyond the launch lag of a synchronous loop
 # (the committed GPU runs whose loops sync every step differ by < 3 %, ~0.5 ms).
 HOST_AHEAD_RATIO = 1.10
-FAILURE_IDS = ("out_of_memory", "job_failed")
+FAILURE_IDS = ("out_of_memory", "job_failed", "collective_hang")
 """Findings that say the job ended: the verdict's headline whatever else was found."""
 TIME_WINDOWS_VERDICT = "[steps are time windows, not iterations] "
 
@@ -295,7 +295,7 @@ class Analysis:
                 model=ModelInfo.from_json(self.model_json()),
                 memory=self.context.memory_by_category if self.context is not None else None,
                 expert_load=self.expert_load_json(), history=self.context.history if self.context else None,
-                windows=tuple(self.windows) if self.windows else ())
+                windows=tuple(self.windows) if self.windows else (), hang=self.context.hang if self.context else None)
             # every figure held to its physical bound (pipeline.bounds), then as it reads back
             self._result = Result.from_json(json.loads(dumps(bounds.apply(r.to_json(), self.withheld), default=str)))
         return self._result

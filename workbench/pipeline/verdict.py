@@ -56,7 +56,8 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
                                   peak=peak)
         ranks = {r: s.rank_frames(run.params) for r, s in run.summaries.items()}
     failure = run_failure(run.manifest)
-    if not ranks and failure is None:
+    hang = long_run.hang_json(run)
+    if not ranks and failure is None and hang is None:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
     if not ranks:  # the job failed before a trace was written: the verdict is the failure, from what the run holds
         run.warnings.append("no trace: the job failed before the profiler wrote one; the verdict is read from the "
@@ -79,7 +80,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
-                  experts=experts, history=long_run.history_json(run))
+                  experts=experts, history=long_run.history_json(run), hang=hang)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,

@@ -29,4 +29,5 @@ from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
     stale_gemm_kernels,
     out_of_memory,
     job_failed,
+    collective_hang,
 )
