@@ -70,13 +70,18 @@ def bound(n: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         h = StepHistory(Path(tmp), 0)
-        t0, start = time.perf_counter(), 1.0e9
-        for s in range(n):
+        rows = []
+        start = 1.0e9
+        for s in range(n):  # the step rows, made before the clock starts: only the history's work is timed
             ms = 5.0 * (1.4 if s >= n // 2 else 1.0) * (1.0 + 0.02 * ((s * 7919) % 13 - 6) / 6)
-            h.row_written(_Session, {"step": s, "step_ms": f"{ms:.3f}", "start_unix_s": f"{start:.6f}",
-                                     "data_wait_ms": "0.05", "capture_ms": "0.2", "profiled": 0})
+            rows.append({"step": s, "step_ms": f"{ms:.3f}", "start_unix_s": f"{start:.6f}", "data_wait_ms": "0.05",
+                         "capture_ms": "0.2", "profiled": 0})
             start += ms / 1e3
-        el = time.perf_counter() - t0
+        t0 = time.process_time()  # CPU time: a shared machine's preemption is not the history's cost
+        for row in rows:
+            h.row_written(_Session, row)
+        el = time.process_time() - t0
+        del rows
         h.stopped(_Session, False)
         path = Path(tmp) / "history_rank0.csv"
         size = path.stat().st_size
@@ -85,7 +90,7 @@ def bound(n: int) -> dict:
         rows = list(csv.DictReader(path.open()))
     widths = [int(r["steps"]) for r in rows]
     at = next((r for r in rows if int(r["first_step"]) <= n // 2 <= int(r["last_step"])), None)
-    return {"steps": n, "rows": len(rows), "bytes": size, "us_per_step": round(el / n * 1e6, 2),
+    return {"steps": n, "rows": len(rows), "bytes": size, "cpu_us_per_step": round(el / n * 1e6, 2),
             "widest_block": max(widths), "block_at_change": (int(at["steps"]) if at else None),
             "flagged": [int(r["change"]) for r in rows if r["change"]]}
 
@@ -106,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
           f"the history's own work: {s['history_own_us_per_step']} µs per step = {s['history_own_pct_of_step']} % of the step")
     if a.steps_bound:
         out["bound"] = b = bound(a.steps_bound)
-        print(f"{b['steps']:,} steps: {b['rows']:,} rows, {b['bytes'] / 2**20:.2f} MiB, {b['us_per_step']} µs per step "
-              f"(merges included); widest block {b['widest_block']} steps; the change's block: {b['block_at_change']} step(s)")
+        print(f"{b['steps']:,} steps: {b['rows']:,} rows, {b['bytes'] / 2**20:.2f} MiB, {b['cpu_us_per_step']} µs of CPU per "
+              f"step (merges included); widest block {b['widest_block']} steps; the change's block: {b['block_at_change']} step(s)")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(out, indent=1) + "\n")

@@ -51,7 +51,7 @@ def _profiler_steps(path) -> list[int]:
 @pytest.mark.slow
 def test_a_two_rank_job_records_the_same_steps_in_each_window_and_goes_on(tmp_path):
     out = tmp_path / "run"
-    job = _start(out, "--seconds", 30, "--base-ms", 10, nproc=2)
+    job = _start(out, "--seconds", 22, "--base-ms", 10, nproc=2)
     try:
         _wait_for_steps(out, (0, 1), 20)
         pids = {r: json.loads((out / f"env_rank{r}.json").read_text())["pid"] for r in (0, 1)}
@@ -96,7 +96,7 @@ def test_a_two_rank_job_records_the_same_steps_in_each_window_and_goes_on(tmp_pa
 @pytest.mark.slow
 def test_a_trigger_file_opens_a_window_of_the_steps_it_names(tmp_path):
     out = tmp_path / "run"
-    job = _start(out, "--seconds", 15, "--base-ms", 10)
+    job = _start(out, "--seconds", 10, "--base-ms", 10)
     try:
         _wait_for_steps(out, (0,), 20)
         (out / "capture_now.tmp").write_text("2\n")

@@ -77,19 +77,25 @@ def main() -> None:
     p.add_argument("--hang-at", type=int, default=30)
     p.add_argument("--hang-rank", type=int, default=1)
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel's own all-reduces instead of the explicit one")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its LOCAL_RANK's GPU, NCCL between ranks)")
+    p.add_argument("--collective-timeout", type=float, default=600.0, help="the process group's own timeout (s)")
     args = p.parse_args()
 
     torch.set_num_threads(1)  # a tiny model: more threads only contend for the machine's cores
+    device = torch.device(args.device)
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = 0
     if world > 1:
         import torch.distributed as dist
 
         # the job's own collective timeout is long, as a real job's is: the hang is the workbench's to find
-        dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo", timeout=timedelta(seconds=args.collective_timeout))
         rank = dist.get_rank()
     torch.manual_seed(0)
-    model = nn.Linear(32, 1)  # little work per step: the pace is the pause's, not the machine's load
+    model = nn.Linear(32, 1).to(device)  # little work per step: the pace is the pause's, not the machine's load
     if args.ddp:
         model = nn.parallel.DistributedDataParallel(model)  # its buckets are all-reduced from C++, in backward
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -102,13 +108,13 @@ def main() -> None:
         return args.data_wait_ms / 1e3 if slow_here() and args.data_wait_ms > 0 else 0.0
 
     batches = iter(torch.utils.data.DataLoader(Batches(data_delay), batch_size=None))
-    flat = torch.zeros(1024)
+    flat = torch.zeros(1024, device=device)
     times: list[float] = []
     t_end = time.monotonic() + args.seconds if args.seconds > 0 else None
     done = False
     while not done and (t_end is not None or step < args.steps):
         t0 = time.perf_counter()
-        x = next(batches)
+        x = next(batches).to(device)
         if args.ddp and args.hang == "stall" and step == args.hang_at and rank == args.hang_rank:
             time.sleep(3600)  # the others wait in DDP's all-reduce, inside backward
         loss = model(x).square().mean()
@@ -121,12 +127,12 @@ def main() -> None:
             if hang_here and args.hang == "stall":
                 time.sleep(3600)
             if hang_here and args.hang == "size":
-                dist.all_reduce(torch.zeros(512))
+                dist.all_reduce(torch.zeros(512, device=device))
             elif not (hang_here and args.hang == "skip"):
                 # the ranks stop together: the gradient's first element carries "my time is up"
                 flat[0] = float(t_end is not None and time.monotonic() >= t_end)
                 dist.all_reduce(flat)
-                done = bool(flat[0] > 0)
+                done = bool(flat[0] > 0)  # on a GPU: a sync each step, as a loop that logs its loss has
         else:
             done = t_end is not None and time.monotonic() >= t_end
         extra = args.slowdown if slow_here() and args.data_wait_ms <= 0 else 0.0

@@ -26,6 +26,7 @@ NAVIGATION = [
     ("Run", "Overview", "", "hidden"),
     ("Run", "Overview", "overview", "visible"),
     ("Run", "Timeline", "timeline", "visible"),
+    ("Run", "History", "history", "visible"),
     ("Run", "Utilisation", "utilisation", "visible"),
     ("Run", "Communication", "communication", "visible"),
     ("Run", "Memory", "memory", "visible"),
@@ -94,7 +95,7 @@ def test_a_page_registered_here_is_in_the_app(monkeypatch, scratch_registry):
 
         st.write("hello")
 
-    assert app_navigation(monkeypatch) == [*NAVIGATION[:9], ("Runs", "Hello", "hello", "visible"), *NAVIGATION[9:]]  # between Runs and Compare
+    assert app_navigation(monkeypatch) == [*NAVIGATION[:10], ("Runs", "Hello", "hello", "visible"), *NAVIGATION[10:]]  # between Runs and Compare
 
 
 def test_an_address_is_one_page_s(scratch_registry):

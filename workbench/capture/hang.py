@@ -151,6 +151,8 @@ class HangWatch(Part):
     def stopped(self, session, failed: bool) -> None:
         self._stop.set()
         self.record.remove()
+        if getattr(session, "handed_over", False):  # the spawned ranks keep their own
+            self.record.path.unlink(missing_ok=True)
 
 
 @register_part

@@ -103,9 +103,10 @@ class ChildJob:
         # first one (a script catching KeyboardInterrupt) gets another chance before SIGKILL.
         self._signal_group(self.pgid, signum)
 
-    def end(self, why: str, grace_s: float = 5.0) -> None:
+    def end(self, why: str, grace_s: float = 3.0) -> None:
         """End the job for ``why`` (not a user's signal): SIGTERM to the whole tree now, SIGKILL to what
-        is left ``grace_s`` later (a rank blocked in a collective never runs Python's handler)."""
+        is left ``grace_s`` later (a rank blocked in a collective never runs Python's handler; the ranks
+        that can save what they captured do so in well under a second)."""
         self.ended_for = why
         self._scan()
         self._deadline = time.monotonic() + grace_s

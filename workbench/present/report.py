@@ -30,6 +30,7 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     import pandas as pd  # heavy imports stay out of the CLI's start-up (the parser is built on GPU boxes)
 
     from workbench.present import figures as F
+    from workbench.present.history_report import history_figure
     from workbench.analysis import frames
     from workbench.analysis.memory import memory_timeline
 
@@ -41,6 +42,8 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
         nvml = {r: d.nvml for r, d in run.ranks.items() if d.nvml is not None and not d.nvml.empty}
         return ([("Utilisation", F.utilisation(nvml, {r: d.steps for r, d in run.ranks.items()}))] if nvml else []) + by_category
     out = [("Overview", F.step_breakdown_bar(analysis.per_rank)), ("Overview", F.step_time_lines(analysis.breakdown))]
+    if (hist := history_figure(analysis)) is not None:  # the whole run, beyond the profiled steps
+        out.append(("History", hist))
     # events are drawn for the first few ranks only, each read from its trace (the analysis holds summaries)
     drawn = {r: run.trace(r) for r in sorted(windows)[:DRAWN_RANKS]}
     lanes = pd.concat([F.timeline_lanes(t, windows[r], r) for r, t in drawn.items()], ignore_index=True)
@@ -70,6 +73,7 @@ def render(analysed) -> str:
     """The report's HTML text for an analysed run (workbench.pipeline.AnalysedRun): the numbers of
     its result, the figures of its analysis."""
     from workbench.present import summary
+    from workbench.present.history_report import history_tables
 
     result, analysis = analysed.result, analysed.analysis()
     run = analysis.run
@@ -127,6 +131,8 @@ def render(analysed) -> str:
             section = name
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False,
                                  config={"displaylogo": False}, default_width="100%"))
+        if name == "History":
+            parts.append(history_tables(result))
     parts.append("<h2>Per rank</h2>" + summary.per_rank_table(analysis).to_html(index=False, border=0))
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>workbench report: {e(run.name)}</title>'

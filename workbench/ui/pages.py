@@ -13,7 +13,7 @@ from importlib import import_module
 from workbench.ui import registry
 from workbench.ui.registry import Page
 
-MODULES = ("overview", "analysis_pages", "efficiency_page", "runs", "compare_page", "plan_page")
+MODULES = ("overview", "history_page", "analysis_pages", "efficiency_page", "runs", "compare_page", "plan_page")
 
 
 def registered() -> list[Page]:

@@ -175,7 +175,18 @@ def params_for(path: Path) -> tuple[int, str]:
 
 
 def runs() -> list[dict]:
-    return find_runs(traces_root())
+    """Every run under the traces root, each followed by the windows opened while it ran
+    (``RUN/windows/<id>``, named ``RUN/windows/<id>``): a window opens in every page as a run does."""
+    out = []
+    for r in find_runs(traces_root()):
+        out.append(r)
+        wdir = Path(r["path"]) / "windows"
+        if wdir.is_dir():
+            for d in sorted((d for d in wdir.iterdir() if d.is_dir()), key=lambda d: (len(d.name), d.name)):
+                if trace_files(d):
+                    out.append({**r, "name": f"{r['name']}/windows/{d.name}", "path": d, "status": "window",
+                                "manifest": {}})
+    return out
 
 
 def selected_run() -> Path | None:
