@@ -31,6 +31,7 @@ Frame name → function → columns (see each function's docstring):
 ``model``           analysis.model.rank_model                  dict (kind, fields, evidence)
 ``moe_time``        analysis.moe_time.moe_time                 MOE_COLUMNS
 ``step_transient``  analysis.memory.step_transient             STEP_TRANSIENT_COLUMNS
+``trainer_trace``   analysis.trainer_run.trace_trainers        list of trainer names
 ==================  =========================================  ==============================
 """
 
@@ -50,6 +51,7 @@ from workbench.analysis.memory import memory_summary, step_transient
 from workbench.analysis.model import rank_model
 from workbench.analysis.moe_time import moe_time
 from workbench.analysis.steps import step_breakdown, step_windows
+from workbench.analysis.trainer_run import trace_trainers
 from workbench.load.trace import Trace, read_trace
 
 
@@ -281,6 +283,12 @@ def _moe_time(rf: RankFrames) -> pd.DataFrame:
     return moe_time(rf.trace, rf[WINDOWS], rf[MODEL])
 
 
+def _trainer_trace(rf: RankFrames) -> list:
+    names = rf.trace.events["name"]
+    cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else names.unique()
+    return trace_trainers(str(c) for c in cats)
+
+
 WINDOWS = Frame("windows", _windows)
 BREAKDOWN = Frame("breakdown", _breakdown)
 DEVICE_BUSY = Frame("device_busy", _device_busy)
@@ -293,7 +301,8 @@ MODEL = Frame("model", _model, returns=dict)
 MOE_TIME = Frame("moe_time", _moe_time)
 GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
 STEP_TRANSIENT = Frame("step_transient", _step_transient)
+TRAINER_TRACE = Frame("trainer_trace", _trainer_trace, returns=list)
 
 FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS,
-          STEP_TRANSIENT)
+          STEP_TRANSIENT, TRAINER_TRACE)
 """The analysis layer's frames (rules add their own: ``workbench.diagnose.READS``)."""

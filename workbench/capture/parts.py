@@ -51,7 +51,8 @@ class Part:
 
 PartFactory = Callable[[CaptureSession], "Part | None"]
 
-PART_MODULES: tuple[str, ...] = ("workbench.capture.history", "workbench.capture.windows", "workbench.capture.hang")
+PART_MODULES: tuple[str, ...] = ("workbench.capture.history", "workbench.capture.windows", "workbench.capture.hang",
+                                 "workbench.capture.trainer")
 """The modules whose parts every session runs (each registers its factory when imported)."""
 
 PARTS: list[PartFactory] = []

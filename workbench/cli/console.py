@@ -194,7 +194,12 @@ def _print_model(model, metrics, con) -> None:
     if lay:
         parts.append(f"dp {lay['dp']} tp {lay['tp']} pp {lay['pp']}" + (f" ep {lay['ep']}" if lay.get("ep", 1) > 1 else "")
                      + (f" ZeRO-{lay['zero']}" if lay.get("zero") else "")
-                     + (" FSDP" if lay.get("fsdp") else ""))
+                     + (" FSDP" if lay.get("fsdp") else "")
+                     + (" optimizer offloaded" if lay.get("optimizer_offload") else "")
+                     + (" parameters offloaded" if lay.get("param_offload") else ""))
+    trainer = getattr(model, "extra", {}).get("trainer") if model is not None else None
+    if trainer:
+        parts.append(f"trainer {trainer['title']}")
     con.print(line("[bold]model:[/] {}", ", ".join(map(str, parts))))
     if metrics.tokens_per_s:
         con.print(f"  tokens/s: {metrics.tokens_per_s:,.0f}")

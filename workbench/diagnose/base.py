@@ -94,6 +94,9 @@ class Context:
     """The whole run's step history and its change points (workbench.analysis.history.summarise), or None."""
     hang: dict | None = None
     """Which collective the job hung in and why (workbench.analysis.hang.diagnose_hang), or None."""
+    trainer: dict | None = None
+    """The trainer behind the run (workbench.analysis.trainer_run.run_trainer), or None: a rule phrases
+    its fix with ``workbench.trainers.line(trainer name, setting, value)``."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)

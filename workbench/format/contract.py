@@ -14,6 +14,9 @@ A run directory ``traces/<run>/`` holds::
                                 error (workbench.capture.memory); newer runs only
     memory_snapshot_rank{r}.pickle  the CUDA allocator's history (``--memory-history N``), for
                                 PyTorch's memory viewer
+    trainer_rank{r}.json        the trainer recognised in rank r's process and its settings (ZeRO stage,
+                                offload, micro-batch, accumulation, precision …; workbench.capture.trainer);
+                                optional: newer runs only
     experts_rank{r}.csv         tokens per expert of each mixture-of-experts layer, per profiled
                                 step (optional: only MoE jobs whose counts the capture could read)
     history_rank{r}.csv         the whole run's steps, every step while the run is short, older
@@ -64,6 +67,7 @@ a change point the capture saw (--window-on-change)."""
 STATUS_HUNG = "hung"
 HANG_EXIT_CODE = 124
 """``workbench profile``'s exit code for a hung job (as timeout(1) exits when its command timed out)."""
+TRAINER = "trainer_rank{rank}.json"
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -216,3 +220,7 @@ def hang_name(rank: int) -> str:
 
 def collectives_name(rank: int) -> str:
     return COLLECTIVES.format(rank=rank)
+
+
+def trainer_name(rank: int) -> str:
+    return TRAINER.format(rank=rank)

@@ -44,6 +44,9 @@ class RankData:
     memory: dict | None = None
     """memory_rank{r}.json (workbench.capture.memory: parameters, gradients and optimizer state at
     the first optimizer step, the allocator at an out-of-memory error), or None."""
+    trainer: dict | None = None
+    """trainer_rank{r}.json (workbench.capture.trainer: the trainer recognised in the process and its
+    settings), or None (optional: older runs, bare traces)."""
     experts: pd.DataFrame | None = None
     """experts_rank{r}.csv (contract.EXPERT_COLUMNS), or None (optional: a dense model, an older run)."""
     history: pd.DataFrame | None = None
@@ -120,6 +123,11 @@ class Run:
     @property
     def has_gpu(self) -> bool:
         return any(t.has_gpu for t in self.rank_info.values())
+
+    @property
+    def trainer(self) -> dict | None:
+        """The lowest rank's trainer_rank{r}.json (every rank runs the same trainer), or None."""
+        return next((d.trainer for d in self.ranks.values() if isinstance(d.trainer, dict)), None)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -256,6 +264,13 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
             if wanted is None or r in wanted:
                 doc, note = _read_small_json(f)
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).memory = doc
+                if note:
+                    run.warnings.append(note)
+        for f in sorted(path.glob("trainer_rank*.json")):
+            r = int(re.findall(r"\d+", f.stem)[-1])
+            if wanted is None or r in wanted:
+                doc, note = _read_small_json(f)
+                run.ranks.setdefault(r, RankData(rank=r, trace=None)).trainer = doc
                 if note:
                     run.warnings.append(note)
         for f in sorted(path.glob("experts_rank*.csv")):

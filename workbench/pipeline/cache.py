@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 CACHE_DIR = ".workbench-cache"
 ANALYZE_SCHEMA = "workbench.analyze/1"  # the json_schema of a cached --json document
 RESULT = "analysis.json"  # the last --json document, beside the summaries
-SOURCES = ("format", "hardware", "load", "analysis", "diagnose", "pipeline", "plan", "calibration")
+SOURCES = ("format", "hardware", "trainers", "load", "analysis", "diagnose", "pipeline", "plan", "calibration")
 """The code that computes frames and rules and the planner that answers their findings in the
 cached document (plan.advise): whole layers of the workbench package, their hash part of the key.
 tests/structure/test_imports.py checks that everything ``workbench.pipeline.verdict`` imports is here."""

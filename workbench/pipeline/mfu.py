@@ -49,7 +49,7 @@ def efficiency_json(frames: dict[int, Efficiency], scale: pd.Series, model: dict
         "hfu_pct": hfu,
         "hfu_bf16_pct": hfu_bf16,
         "mfu_source": "model" if mfu else "trace",
-        "mfu_convention": CONVENTION if mfu else "the trace's executed FLOPs (HFU): " + _no_model(model),
+        "mfu_convention": ((model or {}).get("convention") or CONVENTION) if mfu else "the trace's executed FLOPs (HFU): " + _no_model(model),
         "model_flops_per_step": mfu["model_flops_per_step"] if mfu else None,
         "mfu_by_convention": mfu_by_convention(model, steps, peak, world_size),
         "moe": moe_shares(moe),

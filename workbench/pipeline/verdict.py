@@ -25,11 +25,12 @@ from workbench.diagnose import READS as RULE_READS, Context, diagnose
 from workbench.format.errors import WorkbenchError
 from workbench.load import Run
 from workbench.pipeline.mfu import model_tokens_per_s  # noqa: F401 - callers import it from here
+from workbench.analysis.trainer_run import run_trainer
 from workbench.pipeline.run_analysis import HOST_AHEAD_RATIO, Analysis  # noqa: F401 - callers import them from here
 
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
                   frames.INVENTORY, frames.EFFICIENCY, frames.MODEL, frames.GEMM_CALLS, frames.STEP_TRANSIENT,
-                  ROUTED_EXPERTS, frames.MOE_TIME)
+                  ROUTED_EXPERTS, frames.MOE_TIME, frames.TRAINER_TRACE)
 """The frames the run-level numbers read (``metrics``, ``collectives``, ``efficiency``; the app's
 and the report's pages read the same; the planner's calibration reads ``gemm_calls`` and
 ``step_transient``; ``routed_experts`` says an MoE run lacks its expert load)."""
@@ -78,9 +79,10 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
+    trainer = run_trainer(run.trainer, {r: rf.summary(frames.TRAINER_TRACE) for r, rf in ranks.items()})
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
-                  experts=experts, history=long_run.history_json(run), hang=hang)
+                  experts=experts, history=long_run.history_json(run), hang=hang, trainer=trainer)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,

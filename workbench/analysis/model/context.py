@@ -28,6 +28,18 @@ FWD_ATTENTION = frozenset(n for n in ATTENTION if "backward" not in n)
 FORWARD_ONLY = frozenset({"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::convolution", "aten::_scaled_mm"})
 """Counted ops that backward formulas never call (a linear's backward multiplies with ``mm``)."""
 FORWARD_CONTAINERS = ("aten::linear", "aten::matmul")
+RECOMPUTING_FUNCTIONS = ("CheckpointFunctionBackward",)
+"""Custom autograd functions whose backward re-runs the forward (reentrant ``torch.utils.checkpoint``)."""
+
+
+def own_backward_nodes(names: pd.Series) -> np.ndarray:
+    """Backward nodes of custom autograd functions (``autograd::engine::evaluate_function: XBackward``,
+    a Python ``torch.autograd.Function``; built-in nodes end in ``Backward0``/``Backward1``), other
+    than a checkpoint's: their own backward formula runs there (DeepSpeed ZeRO-3's
+    ``LinearFunctionForZeroStage3Backward`` multiplies with ``matmul``), which is no forward re-run."""
+    prefix = kineto.BACKWARD_NODE + ": "
+    return str_mask(names, lambda c: c.str.startswith(prefix) & c.str.endswith("Backward")
+                    & ~c.str.endswith(RECOMPUTING_FUNCTIONS))
 GROUPED_MM = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm"})
 """A mixture of experts' expert GEMMs, every expert's rows in one call (analysis.flops)."""
 
@@ -188,6 +200,11 @@ def build(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> Context | N
     ops["step"] = step_of(ts)
     containers = Spans(ev, str_mask(names, lambda c: c.isin(FORWARD_CONTAINERS)))
     in_container = containers.inside(tids, ts)
+    # a matmul inside a custom function's own backward is that backward (aten::linear never is)
+    own = Spans(ev, own_backward_nodes(names))
+    if own:
+        linear = Spans(ev, str_mask(names, lambda c: c == "aten::linear"))
+        in_container &= ~own.inside(tids, ts) | linear.inside(tids, ts)
     is_attn_fwd = ops["name"].isin(FWD_ATTENTION).to_numpy()
     # outside backward every counted op is forward work (a compiled graph's mm has no aten::linear
     # around it); inside, only what backward formulas never call, or a mm under a forward container

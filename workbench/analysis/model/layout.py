@@ -18,6 +18,7 @@ from typing import Any
 from workbench.analysis.intervals import str_mask
 from workbench.analysis.model.context import Context, Spans, field
 from workbench.format import kineto
+from workbench.trainers.deepspeed import ZERO3_FUNCTIONS
 
 import pandas as pd
 
@@ -47,6 +48,7 @@ def layout_evidence(ctx: Context) -> dict[str, Any]:
     out["ddp"] = bool((cats == _DDP).any())
     out["fsdp"] = bool(cats.str.startswith(kineto.FSDP_PREFIX).any() or cats.str.startswith("FullyShardedDataParallel").any())
     out["zero1"] = bool(cats.str.contains("ZeroRedundancyOptimizer").any())
+    out["deepspeed_zero3"] = bool(cats.isin(ZERO3_FUNCTIONS[:2]).any())
     ag = ev[str_mask(names, lambda c: c.str.match(_FSDP_AG.pattern))]
     if len(ag) and steps:
         first = ag[step_of(ag["ts_us"].to_numpy()) == steps[0]]
@@ -131,6 +133,10 @@ def run_layout(ranks: dict[int, dict], world: int | None) -> dict[str, Any] | No
         per = [l.get("fsdp_gathers_per_pass") for l in lays if l.get("fsdp_gathers_per_pass")]
         zero = 3 if per and max(per) >= 2 else 2 if per else 3
         src.append("FSDP annotations (a module gathered twice per forward pass: ZeRO-3; once: ZeRO-2)")
+    elif any(l.get("deepspeed_zero3") for l in lays):
+        zero = 3
+        src.append("DeepSpeed ZeRO-3's autograd functions around every module (PreBackwardFunctionForModule, "
+                   "PostBackwardFunctionModule)")
     elif any(l.get("zero1") for l in lays):
         zero = 1
         src.append("ZeroRedundancyOptimizer (ZeRO-1)")

@@ -47,8 +47,10 @@ def recompute(ops: pd.DataFrame, steps: list[int], token_table) -> Candidates:
     att_out = int(outside["name"].isin(FWD_ATTENTION).sum())
     att_in = int(inside["name"].isin(FWD_ATTENTION).sum())
     n = len(steps)
-    src = (f"{frac:.0%} of the forward FLOPs re-ran inside backward nodes ({frac_blocks:.0%} of the blocks' GEMMs); "
-           f"{att_in / n:g} of {att_out / n:g} attention forwards per step")
+    reran = inside["name"].value_counts()
+    what = ", ".join(f"{c / n:g} {name}" for name, c in reran.head(3).items())
+    src = (f"{frac:.0%} of the forward FLOPs re-ran inside backward nodes ({frac_blocks:.0%} of the blocks' GEMMs; "
+           f"per step: {what}); {att_in / n:g} of {att_out / n:g} attention forwards per step")
     if frac < RECOMPUTE_MIN and att_in == 0:
         kind = "none"
         src = "no forward compute re-ran inside backward nodes"
