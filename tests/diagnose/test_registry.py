@@ -50,6 +50,8 @@ FIRING = {
     "fp32_matmul": TRACES / "gpu_memory_heavy",
     "unfused_elementwise": TRACES / "recompute_1p3b_b48_full",
     "unfused_optimizer": TRACES / "gpu_memory_heavy",
+    "offload_optimizer_step": DATA / "ds_cpu_zero3_offload",
+    "sharding_nothing": DATA / "ds_cpu_zero3",
     "attention_math": DATA / "eff_gpt_attn_math",
     "layout_conversion": DATA / "eff_conv_nchw_bf16",
     "stale_gemm_kernels": DATA / "eff_gpt_vocab50257",

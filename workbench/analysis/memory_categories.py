@@ -55,10 +55,33 @@ def _peaks(steps: pd.DataFrame | None) -> tuple[float | None, float | None]:
     return out[0], out[1]
 
 
+def host_states(record: dict | None) -> dict[str, float]:
+    """{weights, gradients, optimizer} bytes the optimizer held in host memory on a GPU rank
+    (offloaded: DeepSpeed's ``offload_optimizer``, FSDP's ``CPUOffloadPolicy``), from the record's
+    ``*_by_device``; empty on a CPU rank or an older record."""
+    first = (record or {}).get("first_step") if isinstance(record, dict) else None
+    if not isinstance(first, dict) or (record or {}).get("device") != "cuda":
+        return {}
+    out = {}
+    for name, key in (("weights", "params"), ("gradients", "grads"), ("optimizer", "optimizer")):
+        dev = first.get(f"{key}_by_device")
+        if isinstance(dev, dict) and isinstance(dev.get("cpu"), (int, float)) and dev["cpu"] > 0:
+            out[name] = float(dev["cpu"])
+    return out
+
+
 def _model_states(record: dict | None, model_fields: dict) -> tuple[dict[str, float | None], str, str | None]:
-    """{weights, gradients, optimizer} bytes, their source, and a note."""
+    """{weights, gradients, optimizer} bytes on the device, their source, and a note (host bytes apart)."""
     first = (record or {}).get("first_step") if isinstance(record, dict) else None
     if isinstance(first, dict) and isinstance(first.get("params_bytes"), (int, float)):
+        host = host_states(record)
+        if host:
+            return ({"weights": float(first["params_bytes"]) - host.get("weights", 0.0),
+                     "gradients": float(first.get("grads_bytes") or 0) - host.get("gradients", 0.0),
+                     "optimizer": float(first.get("optimizer_bytes") or 0) - host.get("optimizer", 0.0)},
+                    f"measured at the first optimizer step ({first.get('optimizer', 'optimizer')}'s parameter groups and "
+                    "state), device memory only: " + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in host.items())
+                    + " in host memory (offloaded)", None)
         return ({"weights": float(first["params_bytes"]), "gradients": float(first.get("grads_bytes") or 0),
                  "optimizer": float(first.get("optimizer_bytes") or 0)},
                 f"measured at the first optimizer step ({first.get('optimizer', 'optimizer')}'s parameter groups and state)",
@@ -120,6 +143,10 @@ def rank_categories(record: dict | None, steps: pd.DataFrame | None, model_field
                          "source": "reserved but not allocated (the allocator's cache and fragmentation)"
                          if reserved is not None else "not measured"}
     total = sum(c["bytes"] for c in cats.values() if c["bytes"] is not None) / GIB
+    host = host_states(record)
+    if host:  # offloaded states live in host memory: beside the device's categories, not in them
+        cats["host"] = {"gib": _gib(sum(host.values())), "bytes": _int(sum(host.values())),
+                        "source": "host memory (offloaded): " + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in host.items())}
     return {"at": at, "peak_allocated_gib": _gib(alloc), "peak_reserved_gib": _gib(reserved),
             "by_category": cats, "sum_gib": round(total, 3), "note": note or None}
 

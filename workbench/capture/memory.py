@@ -52,6 +52,7 @@ class _Bytes:
         self.total = 0
         self.count = 0
         self.by_dtype: dict[str, int] = {}
+        self.by_device: dict[str, int] = {}
 
     def add(self, t: Any) -> None:
         if not isinstance(t, torch.Tensor):
@@ -69,6 +70,7 @@ class _Bytes:
         self.count += 1
         name = str(t.dtype).removeprefix("torch.")
         self.by_dtype[name] = self.by_dtype.get(name, 0) + n
+        self.by_device[t.device.type] = self.by_device.get(t.device.type, 0) + n
 
 
 def model_state_bytes(optimizer) -> dict[str, Any]:
@@ -89,9 +91,9 @@ def model_state_bytes(optimizer) -> dict[str, Any]:
             for v in s.values():
                 state.add(v)
     return {"optimizer": type(optimizer).__name__, "params": len(plist), "params_numel": numel,
-            "params_bytes": params.total, "params_by_dtype": params.by_dtype,
-            "grads_bytes": grads.total, "grads_by_dtype": grads.by_dtype,
-            "optimizer_bytes": state.total, "optimizer_by_dtype": state.by_dtype}
+            "params_bytes": params.total, "params_by_dtype": params.by_dtype, "params_by_device": params.by_device,
+            "grads_bytes": grads.total, "grads_by_dtype": grads.by_dtype, "grads_by_device": grads.by_device,
+            "optimizer_bytes": state.total, "optimizer_by_dtype": state.by_dtype, "optimizer_by_device": state.by_device}
 
 
 def allocator_stats() -> dict[str, int] | None:

@@ -24,6 +24,8 @@ from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
     fp32_matmul,
     unfused_elementwise,
     unfused_optimizer,
+    offload_optimizer_step,
+    sharding_nothing,
     attention_math,
     layout_conversion,
     stale_gemm_kernels,

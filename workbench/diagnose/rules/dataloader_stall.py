@@ -33,6 +33,7 @@ from workbench.analysis.job import job_step_set, job_words
 from workbench.analysis.throughput import step_set, steps_label, steps_words
 from workbench.diagnose.base import Context, Diagnosis, severity_for
 from workbench.diagnose.registry import rule
+from workbench.diagnose import trainer as tr
 
 INFO_PCT = 5.0
 WARNING_PCT = 10.0
@@ -81,9 +82,13 @@ def dataloader_stall(ctx: Context) -> Diagnosis | None:
         return None
     ranks = [int(r) for r, row in per_rank.iterrows() if row["share_pct"] >= INFO_PCT]
     workers = (ctx.run_config or {}).get("data", {}).get("num_workers")
+    if workers is None:
+        workers = ((ctx.trainer or {}).get("settings") or {}).get("num_workers")
     advice = "raise DataLoader num_workers"
     if workers is not None:
         advice += f" (now {workers})"
+    if tr.name(ctx) not in (None, "engine"):  # the line that sets it in the job's trainer
+        advice += f": {tr.line(ctx, 'num_workers', max(4, 2 * (workers or 0)))}"
     recommendation = (
         f"{advice}, keep workers alive (persistent_workers=True) with prefetch_factor ≥ 2, "
         "pin_memory=True on GPUs; if per-sample work is still too slow, preprocess once and "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from workbench.diagnose.base import Context, Diagnosis
 from workbench.diagnose.registry import rule
+from workbench.analysis.trainer_run import logged_step
 
 
 @rule("job_failed", reads=(), group="failure",  # the manifest and the steps CSVs only
@@ -65,7 +66,7 @@ def job_failed(ctx: Context) -> Diagnosis | None:
         ranks = stuck or timed
     else:
         where = f" at {first['where']}" if first.get("where") else ""
-        step = f" in step {first['step']}" if first.get("step") is not None else ""
+        step = f" in step {logged_step(first['step'], ctx.trainer)}" if first.get("step") is not None else ""
         who = f"rank {first['rank']}" if first.get("rank") is not None else "the job"
         text = (first.get("error") or f.get("error") or f"exit code {f.get('exit_code')}").splitlines()[0][:200]
         title = f"{who} failed{step}: {text}"

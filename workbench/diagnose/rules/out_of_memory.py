@@ -18,6 +18,7 @@ from workbench.analysis.failure import FRAGMENTED_FRACTION, fragmented, gib
 from workbench.diagnose.base import Context, Diagnosis
 from workbench.diagnose.memory import memory_fixes
 from workbench.diagnose.registry import rule
+from workbench.analysis.trainer_run import logged_step
 
 FIGURES = ("tried_to_allocate", "capacity", "free", "allowed", "allocated", "reserved", "reserved_unallocated",
            "private_pools", "process", "non_pytorch")
@@ -49,10 +50,11 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
     if not ooms:
         return None
     e = ooms[0]
+    shown = {**e, "step": logged_step(e.get("step"), ctx.trainer)}  # the step as the trainer's log numbers it
     oom = e.get("oom") or {}
     rank = e.get("rank")
     evidence = {"rank": rank, "ranks": [x["rank"] for x in ooms if x.get("rank") is not None],
-                "step": e.get("step"), "phase": e.get("phase"), "profiler_phase": e.get("profiler_phase"),
+                "step": e.get("step"), "step_as_logged": shown["step"], "phase": e.get("phase"), "profiler_phase": e.get("profiler_phase"),
                 "error_type": e.get("error_type"), "where": e.get("where"), "device": oom.get("device_kind"),
                 "message_format": oom.get("format")}
     for k in FIGURES:
@@ -68,7 +70,7 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
     evidence["error"] = (e.get("error") or "")[:600]
     who = f"rank {rank}" if rank is not None else "a rank"
     if oom.get("device_kind") == "cpu":
-        title = f"host memory exhausted on {who} {_where(e)}".rstrip() + (
+        title = f"host memory exhausted on {who} {_where(shown)}".rstrip() + (
             f": the CPU allocator could not get {oom['tried_to_allocate_bytes'] / 2**30:.2f} GiB"
             if oom.get("tried_to_allocate_bytes") else "")
     else:
@@ -77,7 +79,7 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
             figs.append(f"tried to allocate {oom['tried_to_allocate_bytes'] / 2**30:.2f} GiB")
         if oom.get("free_bytes") is not None and oom.get("capacity_bytes"):
             figs.append(f"{oom['free_bytes'] / 2**30:.2f} GiB free of {oom['capacity_bytes'] / 2**30:.1f} GiB")
-        title = f"out of memory on {who} {_where(e)}".replace("  ", " ").rstrip() + (": " + ", ".join(figs) if figs else "")
+        title = f"out of memory on {who} {_where(shown)}".replace("  ", " ").rstrip() + (": " + ", ".join(figs) if figs else "")
     fixes = memory_fixes(ctx.model())
     rec = "make the step fit: " + _or(fixes)
     if frag:
@@ -89,7 +91,7 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
     return Diagnosis(
         id="out_of_memory", severity="critical", title=title, evidence=evidence, recommendation=rec,
         estimated_gain={"step_time_saved_pct": 0.0, "speedup_max": None,
-                        "protects": "the run itself: it ended" + (f" in step {e['step']}" if e.get("step") is not None else ""),
+                        "protects": "the run itself: it ended" + (f" in step {shown['step']}" if shown.get("step") is not None else ""),
                         "formula": "no time gain: the gain is a run that completes"},
         fix=["data.batch_size", "train.activation_checkpointing", "parallel.mode", "parallel.cpu_offload"],
         ranks=evidence["ranks"] or ([rank] if rank is not None else []),

@@ -1,4 +1,6 @@
 """``unfused_optimizer``: GPU work launched inside ``Optimizer.step`` that is not one fused kernel.
+Only the optimizer's own work counts: a closure's forward and backward (Lightning, LBFGS) run inside the
+range first and belong to the step (analysis.optimizer_work).
 An unfused AdamW step makes ~``ADAMW_UNFUSED_PASSES`` = 21 passes over parameter-sized tensors
 (13 reads + 8 writes in torch/optim/adamw.py ``_single_tensor_adamw``: mul_, lerp_, mul_,
 addcmul_, sqrt, div, add_, addcdiv_), the fused kernel ``ADAMW_FUSED_PASSES`` = 7 (read param,
@@ -13,25 +15,24 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench.format import kineto
 from workbench.analysis.flops import gpu_launches
-from workbench.analysis.intervals import str_mask
+from workbench.analysis.optimizer_work import own_spans
 from workbench.diagnose.base import Context, Diagnosis
 from workbench.diagnose.efficiency import EFFICIENCY_READS, IMPACT_LEVELS, per_step_ms, saved_frame, saving_diagnosis
 from workbench.diagnose.registry import rule
+from workbench.diagnose import trainer as tr
 
 ADAMW_UNFUSED_PASSES = 21
 ADAMW_FUSED_PASSES = 7
 
 
 def _optimizer_kernels(trace, kernels: pd.DataFrame) -> pd.DataFrame:
-    """``kernels`` rows launched inside an ``Optimizer.step#…`` range, with that range's index as ``opt``."""
-    ev = trace.events
-    m = str_mask(ev["name"], lambda c: c.str.startswith(kineto.OPTIMIZER_STEP)) & ~ev["is_gpu"].to_numpy()
-    if not m.any():
+    """``kernels`` rows launched from the optimizer's own part of an ``Optimizer.step#…`` range (a
+    closure's forward and backward left out: analysis.optimizer_work), with that range's index as ``opt``."""
+    spans = own_spans(trace)
+    spans = spans[spans["dur_us"] > 0]
+    if spans.empty:
         return kernels.iloc[:0].assign(opt=pd.Series(dtype=np.int64))
-    spans = pd.DataFrame({"tid": ev["tid"].to_numpy()[m], "ts_us": ev["ts_us"].to_numpy()[m],
-                          "dur_us": ev["dur_us"].to_numpy()[m]})
     launches = gpu_launches(trace, spans)
     opt = pd.Series(launches["op"].to_numpy(), index=launches["row"].to_numpy())
     k = kernels.assign(opt=opt.reindex(kernels["row"].to_numpy()).fillna(-1).astype(np.int64).to_numpy())
@@ -55,7 +56,8 @@ def _optimizer_saved(e, steps, step_ms, rf):
     return {"optimizer_kind": kind, "optimizer_kernels_per_step": round(len(k) / steps, 1),
             "optimizer_busy_ms_per_step": round(busy, 3), "optimizer_span_ms_per_step": round(span, 3),
             "optimizer_pct_of_step": round(100 * span / step_ms, 2),
-            "source": "GPU work launched inside Optimizer.step# ranges (correlation ids)"}, saved
+            "source": "GPU work launched inside Optimizer.step# ranges after any closure's forward and backward "
+                      "(correlation ids)"}, saved
 
 
 SAVED_OPTIMIZER = saved_frame("unfused_optimizer", _optimizer_saved)
@@ -71,6 +73,6 @@ def unfused_optimizer(ctx: Context) -> Diagnosis | None:
         ctx, SAVED_OPTIMIZER,
         lambda ev, pct: (f"optimizer step {ev['optimizer_kind']}: {ev['optimizer_kernels_per_step']:.0f} kernels, "
                          f"{ev['optimizer_span_ms_per_step']:.1f} ms per step; a fused step would save ~{pct:.0f}%"),
-        "use the fused optimizer: torch.optim.AdamW(params, fused=True) (or foreach=True where fused is not available)",
+        "use the fused optimizer: " + tr.line(ctx, "fused_optimizer", True) + " (or foreach=True where fused is not available)",
         f"saved = optimizer GPU span - optimizer kernel time * {ADAMW_FUSED_PASSES}/{ADAMW_UNFUSED_PASSES} (AdamW passes)",
         ["train.optimizer"])
