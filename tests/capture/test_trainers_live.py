@@ -15,8 +15,6 @@ from workbench.pipeline.verdict import analyze_run
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
-pytest.importorskip("lightning")
-pytest.importorskip("accelerate")
 JOBS = ROOT / "benchmarks" / "trainers"
 
 
