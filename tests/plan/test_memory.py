@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from workbench.plan.layout import Layout, deepspeed_stack, megatron_stack
-from workbench.plan.memory import layer_terms, memory, in_flight
+from workbench.plan.activations import in_flight, layer_terms
+from workbench.plan.memory import memory
 from workbench.plan.presets import model_spec
 
 pytestmark = pytest.mark.unit

@@ -35,7 +35,7 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
                  "kv_lora_rank",
                  "qk_rope_head_dim",
                  "experts", "top_k", "shared_experts", "vocab", "tied", "gated", "dtype", "recompute", "recompute_fraction",
-                 "optimizer", "hidden"):
+                 "recompute_mode", "optimizer", "hidden"):
         v = pick(name)
         if v is not None:
             f[name] = dict(v)

@@ -41,7 +41,9 @@ from dataclasses import dataclass, field, replace
 from workbench.hardware.systems import FIT_FRACTION, Cluster, make_cluster
 from workbench.pipeline.api import Extra
 from workbench.pipeline.result import Result
-from workbench.plan.layout import RECOMPUTE, Layout, Stack, torch_stack
+from workbench.plan.activations import kept_per_token
+from workbench.plan.layout import Layout, Stack, torch_stack
+from workbench.plan.recompute import modes_for
 from workbench.plan.memory import memory
 from workbench.plan.model import ModelSpec
 from workbench.plan.search import PlanRequest, check_layout, plan
@@ -159,9 +161,13 @@ def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluste
     lay, B, n = case.layout, case.global_batch, case.cluster.gpus
     out: list[tuple[str, Layout, int, Cluster]] = []
     per_replica = B // lay.dp
-    for rc in RECOMPUTE:
-        if goal == "speed" and RECOMPUTE.index(rc) > RECOMPUTE.index(lay.recompute):
-            continue  # recomputing more is never faster: what a memory finding offers, not a speed one
+    kept = kept_per_token(case.model, case.stack, lay, lay.recompute)
+    for rc in modes_for(None, lay.recompute):
+        # a mode that keeps less than the run's recomputes more: what a memory finding offers, not a
+        # speed one (torchtitan's op-level policy keeps less than every other block and may still take
+        # less time than it: there the prediction decides)
+        if goal == "speed" and kept_per_token(case.model, case.stack, lay, rc) < kept and not lay.recompute.startswith("layer:"):
+            continue
         for mb in sorted({d for d in range(1, per_replica + 1) if per_replica % d == 0 and d <= 4 * lay.mb}):
             if (rc, mb) == (lay.recompute, lay.mb):
                 continue
@@ -189,7 +195,7 @@ def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluste
                           efficiencies=case.efficiencies, top=1, zero_at_dp1=lay.zero)
         ranked = plan(req).ranked
         if goal == "speed":
-            ranked = [e for e in ranked if RECOMPUTE.index(e.layout.recompute) <= RECOMPUTE.index(lay.recompute)]
+            ranked = [e for e in ranked if kept_per_token(case.model, case.stack, e.layout, e.layout.recompute) >= kept]
         if ranked:
             best = ranked[0].layout
             out.append((f"{n * k} GPUs ({_degrees(best)}), same global batch", best, B, cl))
@@ -261,8 +267,8 @@ def basis(case: RunCase, lay: Layout, cluster: Cluster) -> str:
     run, eff = case.layout, case.efficiencies
     parts = []
     if lay.recompute != run.recompute:
-        parts.append(f"recomputation {run.recompute} -> {lay.recompute}: the forward work re-run per block "
-                     "(Korthikanti et al. 2022) at the run's measured kernel rates")
+        parts.append(f"recomputation {run.recompute} -> {lay.recompute}: what each block keeps and the forward work "
+                     "it re-runs (workbench.plan.recompute) at the run's measured kernel rates")
     if lay.mb != run.mb:
         host = "the host's launch rate measured on the run" if eff.host_s_per_kernel else "no host limit measured"
         parts.append(f"micro-batch {run.mb} -> {lay.mb}: matmul sizes (efficiency by size from the run's own matmuls "

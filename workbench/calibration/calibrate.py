@@ -30,7 +30,7 @@ from workbench.plan.comm import bus_factor
 from workbench.calibration.measured import data_wait_ms
 from workbench.plan.efficiency import Efficiencies
 from workbench.plan.gemms import routed_gemm_flops
-from workbench.plan.timing import FULL_RECOMPUTE_LAUNCHES
+from workbench.plan.timing import launch_factor
 from workbench.pipeline.result import Result
 
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction", "indexing", "copy", "other")
@@ -210,10 +210,10 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
         wait = data_wait_ms(res)
         if steady and wait:
             steady = max(0.0, steady - wait)
-        # per block and micro-batch as timing counts them: a fully recomputing run's kernels
-        # include the forward's second launch, which the timing adds back for full recomputation
-        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch) * (
-            FULL_RECOMPUTE_LAUNCHES if case.layout.recompute == "full" else 1.0)
+        # per block and micro-batch as timing counts them: a recomputing run's kernels include the
+        # forward's second launch, which the timing adds back for the run's recomputation
+        layer_runs = case.model.layers / case.layout.pp * case.layout.microbatches(case.global_batch) * launch_factor(
+            case.model, case.layout, case.stack, 0)
         if steady and kernels and steady * 1e-3 > kernel_s * (1 + HOST_BOUND_MIN):
             host.append((steady * 1e-3 / kernels, kernels / layer_runs))
         else:

@@ -257,11 +257,11 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
         taken["layout"] = full["layout"]
     else:
         assumed.append(f"layout not inferred: data parallel over the {world} rank{'s' * (world != 1)}, no ZeRO")
-    rc = f.get("recompute") if f.get("recompute") in ("none", "selective", "full") else None
+    rc = _recompute(f)
     if rc is None:
         assumed.append("recomputation not inferred: none")
     else:
-        taken["recompute"] = full["recompute"]
+        taken["recompute"] = full["recompute_mode" if "recompute_mode" in full else "recompute"]
     mb, mbs = _int(f, "micro_batch"), _int(f, "micro_batches")
     if mb is not None:
         taken["micro_batch"] = full["micro_batch"]
@@ -303,6 +303,22 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
                   stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
                   device_name=run.device if gpu else None, measured_step_ms=job_step_ms(result),
                   measured_peak_bytes=peak_allocated_bytes(result), taken=taken, assumed=tuple(assumed))
+
+
+def _recompute(f: dict) -> str | None:
+    """The run's recomputation in the planner's words: the mode the analysis read (``recompute_mode``:
+    torchtitan's op-level, a layer frequency, Korthikanti's, full), else its kind (a partial one it
+    could not tell apart is planned as Korthikanti's ``selective``); None when not inferred."""
+    from workbench.plan.recompute import parse_recompute
+
+    for key in ("recompute_mode", "recompute"):
+        v = f.get(key)
+        if isinstance(v, str):
+            try:
+                return parse_recompute(v)
+            except WorkbenchError:
+                continue
+    return None
 
 
 def analysis_of(run: str | Path) -> Result:

@@ -18,6 +18,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
 
     from workbench.plan.validate import flag, gbps
     from workbench.calibration.from_run import run_job
+    from workbench.plan.recompute import modes_for
 
     gpus, gpus_per_node, global_batch, seq, top = (flag(n, v) for n, v in (
         ("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--global-batch", global_batch), ("--seq", seq),
@@ -57,7 +58,8 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
                        top=5 if top is None else top, layout=given, flash_attention=flash_attention or None,
                        dp_overlap=dp_overlap or None, run_stack=run_stack,
                        from_run=None if job is None else job.describe(), run_job=job,
-                       zero_at_dp1=None if job is None else job.layout.zero)
+                       zero_at_dp1=None if job is None else job.layout.zero,
+                       recompute_modes=None if job is None else modes_for(None, job.layout.recompute))
 
 
 def _self_calibrated(job):

@@ -52,7 +52,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", default=None, metavar="K", help="layouts to show (default 5)")
     p.add_argument("--layout", default=None, metavar="SPEC",
                    help="evaluate this layout too (first in the output): comma-separated keys tp, pp, dp, zero (0-3), "
-                        "mb, recompute (none, selective, full), sp (0, 1), vpp, schedule (1f1b, gpipe), e.g. "
+                        "mb, recompute (none, selective, op, layer:N, full; hf = full), sp (0, 1), vpp, schedule (1f1b, gpipe), e.g. "
                         "tp=8,pp=8,mb=1,recompute=selective; dp defaults to what the GPUs leave")
     p.add_argument("--calibrate", nargs="+", default=None, metavar="RUN",
                    help="workbench runs whose measured efficiencies replace the defaults (any number; one GPU is enough)")

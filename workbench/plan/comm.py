@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass
 
 from workbench.hardware.systems import LINK_LATENCY_S, Cluster
 from workbench.plan.layout import Layout, Stack, dtype_bytes
-from workbench.plan.memory import _stage_params, stage_block_counts, stage_expert_params, stage_layers
+from workbench.plan.memory import _stage_params, stage_block_counts, stage_expert_params, stage_first_layer, stage_layers
+from workbench.plan.recompute import stage_share
 from workbench.plan.model import ModelSpec
 
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -113,9 +114,11 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
             out += [Collective(op="all_reduce", group="tp", bytes=act, calls=per_fwd * n, ranks=t, link=link, when="forward"),
                     Collective(op="all_reduce", group="tp", bytes=act, calls=per_bwd * n, ranks=t, link=link,
                                when="backward")]
-        if layout.recompute == "full":
+        again = _recomputed_blocks(m, layout, stack, stage)
+        if again:  # the forward's collectives of the blocks recomputed whole run again
             op = "all_gather" if layout.sp else "all_reduce"
-            out.append(Collective(op=op, group="tp", bytes=act, calls=per_fwd * n, ranks=t, link=link, when="recompute"))
+            out.append(Collective(op=op, group="tp", bytes=act, calls=per_fwd * again * mbs, ranks=t, link=link,
+                                  when="recompute"))
         if stack.vocab_parallel and stage == 0:
             out.append(Collective(op="all_reduce", group="tp", bytes=act, calls=mbs, ranks=t, link=link, when="forward"))
     if layout.pp > 1:
@@ -133,7 +136,9 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
                 out.append(Collective(op=op, group="pp", bytes=msg, calls=n_b * mbs, ranks=2, link=link, when="backward"))
     n_moe = stage_block_counts(m, layout.pp, stage)[1]
     if n_moe and layout.ep > 1:
-        out += ep_collectives(m, layout, stack, cluster, n_moe * mbs)
+        _, e, _, frac = stage_share(m, layout.recompute, stage_first_layer(m.layers, layout.pp, stage), L,
+                                    fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
+        out += ep_collectives(m, layout, stack, cluster, n_moe * mbs, again=e.comm * frac)
     psi, psi_blocks = _stage_params(m, layout, stack, stage)
     experts = stage_expert_params(m, layout, stage)
     if layout.dp > 1 or (stack.name == "torch" and stack.ddp_bucket_copy):
@@ -145,15 +150,27 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
     return out
 
 
-def ep_collectives(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, runs: int) -> list[Collective]:
-    """The dispatch and combine all-to-alls of ``runs`` MoE block-micro-batches on one GPU."""
+def _recomputed_blocks(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> float:
+    """Blocks of ``stage`` whose forward collectives run again under the layout's recomputation."""
+    L = stage_layers(m.layers, layout.pp, stage)
+    d, e, fd, fe = stage_share(m, layout.recompute, stage_first_layer(m.layers, layout.pp, stage), L,
+                               fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
+    n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
+    return n_dense * fd * d.comm + n_moe * fe * e.comm
+
+
+def ep_collectives(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, runs: int,
+                   again: float = 0.0) -> list[Collective]:
+    """The dispatch and combine all-to-alls of ``runs`` MoE block-micro-batches on one GPU; ``again``:
+    the share of them the recomputation runs again (full: all; torchtitan's op-level policy saves
+    their outputs: none)."""
     link = group_link(layout, "ep", cluster)
     rows = layout.mb * m.seq / layout.tp * m.top_k  # this rank's routed rows (tokens split over tp)
     msg = rows * m.hidden * dtype_bytes(stack.dtype)
     out = [Collective(op="all_to_all", group="ep", bytes=msg, calls=2 * runs, ranks=layout.ep, link=link, when=w)
            for w in ("forward", "backward")]
-    if layout.recompute == "full":
-        out.append(Collective(op="all_to_all", group="ep", bytes=msg, calls=2 * runs, ranks=layout.ep, link=link,
+    if again:
+        out.append(Collective(op="all_to_all", group="ep", bytes=msg, calls=2 * runs * again, ranks=layout.ep, link=link,
                               when="recompute"))
     return out
 

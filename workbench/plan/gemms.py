@@ -8,6 +8,7 @@ from workbench.plan.efficiency import Efficiencies
 from workbench.plan.layout import Layout, Stack, dtype_bytes
 from workbench.plan.memory import stage_block_counts, stage_layers
 from workbench.plan.model import ModelSpec
+from workbench.plan.recompute import stage_share
 
 
 def gemm_seconds(M: float, N: float, K: float, batch: float, dtype: str, cluster: Cluster, eff: Efficiencies) -> float:
@@ -52,14 +53,16 @@ def block_gemms(m: ModelSpec, stack: Stack, layout: Layout, moe: bool = False) -
 
 def routed_gemm_flops(m: ModelSpec, stack: Stack, layout: Layout, global_batch: int) -> float:
     """The routed experts' matmul FLOPs of one optimizer step on one GPU of the first stage, as the
-    timing counts them (:func:`block_gemms`' routed rows): forward and the backward's two, a
-    fully recomputing run's second forward: what a run's measured expert-GEMM time calibrates."""
+    timing counts them (:func:`block_gemms`' routed rows): forward and the backward's two, and the
+    forward again where the run recomputes it: what a run's measured expert-GEMM time calibrates."""
     if not m.experts:
         return 0.0
     n_moe = stage_block_counts(m, layout.pp, 0)[1]
     M = layout.mb * m.seq
     fwd = sum(2.0 * rows * M * n * k * calls for rows, n, k, calls, routed in block_gemms(m, stack, layout, True) if routed)
-    passes = 3 + (1 if layout.recompute == "full" else 0)
+    _, e, _, frac = stage_share(m, layout.recompute, 0, stage_layers(m.layers, layout.pp, 0), fused_qkv=stack.fused_qkv,
+                                flash_attention=stack.flash_attention)
+    passes = 3 + e.routed * frac  # forward, backward's two, and what the recomputation runs again
     return fwd * n_moe * layout.microbatches(global_batch) * passes
 
 

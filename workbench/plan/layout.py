@@ -3,8 +3,8 @@
 A :class:`Layout` is one point of the search: tensor (tp), pipeline (pp, with ``vpp`` virtual
 stages per GPU for the interleaved 1F1B schedule of Narayanan et al. 2021, §2.2.2) and data (dp)
 parallel degrees, the ZeRO stage over dp (Rajbhandari et al. 2020), the micro-batch, activation
-recomputation (Korthikanti et al. 2022), sequence parallelism and, for a mixture of experts, the
-expert-parallel degree ``ep``. ``--layout`` spells one:
+recomputation (Korthikanti et al. 2022, and the trainers' own modes: :mod:`workbench.plan.recompute`),
+sequence parallelism and, for a mixture of experts, the expert-parallel degree ``ep``. ``--layout`` spells one:
 
     parse_layout("tp=8,pp=8,dp=1,zero=1,mb=1,recompute=selective,sp=1,vpp=3")
     parse_layout("tp=1,pp=1,dp=8,ep=8,zero=1")
@@ -27,8 +27,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from workbench.format.errors import WorkbenchError
+from workbench.plan.recompute import parse_recompute
 
 RECOMPUTE = ("none", "selective", "full")
+"""The recomputation modes the search tries by default (Megatron-LM's and the engine's); every mode a
+layout may name is in :mod:`workbench.plan.recompute`."""
 SCHEDULES = ("1f1b", "gpipe")
 
 
@@ -45,7 +48,9 @@ class Layout:
     mb: int = 1
     """Micro-batch: sequences per forward/backward on one replica."""
     recompute: str = "none"
-    """Activation recomputation: none | selective (attention core, Korthikanti et al.) | full (every block)."""
+    """Activation recomputation: none | selective (attention core, Korthikanti et al.) | op (torchtitan's
+    op-level policy) | layer:N (every N-th block whole) | full (every block; the Hugging Face Trainer's
+    gradient checkpointing); see :mod:`workbench.plan.recompute`."""
     sp: bool = False
     """Sequence parallelism: norms and dropouts split over the tp ranks (needs tp > 1)."""
     vpp: int = 1
@@ -60,8 +65,8 @@ class Layout:
             raise WorkbenchError(f"layout {self.key()}: tp, pp, dp, mb, vpp and ep must be >= 1")
         if self.zero not in (0, 1, 2, 3):
             raise WorkbenchError(f"layout {self.key()}: zero must be 0, 1, 2 or 3")
-        if self.recompute not in RECOMPUTE:
-            raise WorkbenchError(f"layout: recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if parse_recompute(self.recompute) != self.recompute:
+            raise WorkbenchError(f"layout: recompute {self.recompute!r} is spelled {parse_recompute(self.recompute)!r}")
         if self.schedule not in SCHEDULES:
             raise WorkbenchError(f"layout: schedule must be 1f1b or gpipe, got {self.schedule!r}")
         if self.sp and self.tp == 1:
@@ -117,7 +122,9 @@ def parse_layout(text: str) -> Layout:
             if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
                 raise WorkbenchError(f"--layout: sp must be 0 or 1, got {value!r}")
             fields["sp"] = low in ("1", "true", "yes", "on")
-        elif key in ("recompute", "schedule"):
+        elif key == "recompute":
+            fields[key] = parse_recompute(value)
+        elif key == "schedule":
             fields[key] = value.lower()
         else:
             raise WorkbenchError(f"--layout: unknown key {key!r} (tp, pp, dp, zero, mb, recompute, sp, vpp, schedule, ep)")

@@ -4,17 +4,10 @@ Model states follow ZeRO (Rajbhandari et al. 2020): with Ψ parameters on a GPU 
 of its pipeline stage) and N_d data-parallel ranks, stage 1 shards the optimizer state (and
 Megatron's fp32 master copies), stage 2 also the gradients, stage 3 also the weights.
 
-Activations per layer and token follow Korthikanti et al. 2022 (§4.1, eq. 1-2): for Megatron-LM
-with t-way tensor parallelism, dropout and unfused softmax attention, ``s·b·h·(10 + 24/t +
-5·a·s/(h·t))`` bytes per layer, ``34/t`` everywhere with sequence parallelism; selective
-recomputation drops the ``5as/h`` attention core, full recomputation keeps only each layer's input
-(``2·s·b·h``). The same tensor-by-tensor count covers other stacks (:func:`layer_bytes_per_token`):
-flash attention saves its output instead of the s × s scores, torch.autocast keeps the residual
-stream fp32 and a bf16 copy of each matmul's input, a gated MLP saves both branches.
-
-Pipeline stages hold several micro-batches' activations (Narayanan et al. 2021, §2.2): GPipe all
-m of them, 1F1B p − k on stage k, interleaved 1F1B ``2(p−k−1) + (v−1)p + 1`` model chunks of
-L/(pv) layers (Megatron-LM's warm-up count). The peak is the larger of two moments: the start of a
+Activations: what each block keeps for its backward under the layout's recomputation, tensor by
+tensor (:mod:`workbench.plan.activations`: Korthikanti et al. 2022's count for Megatron-LM, the
+same count for other stacks, torchtitan's op-level policy), times the blocks' worth a pipeline
+stage holds in flight (Narayanan et al. 2021, §2.2). The peak is the larger of two moments: the start of a
 backward (all in-flight activations, the loss, the gradients accumulated so far) and the optimizer
 step (gradients and state).
 """
@@ -23,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from workbench.plan.activations import in_flight, recompute_working_set, stage_terms
 from workbench.plan.layout import Layout, Stack, dtype_bytes
 from workbench.plan.model import ModelSpec
 
@@ -38,99 +32,6 @@ def stage_layers(layers: int, pp: int, stage: int) -> int:
     (the engine's rule; Megatron-LM requires L divisible by pp)."""
     base, extra = divmod(layers, pp)
     return base + (1 if stage < extra else 0)
-
-
-@dataclass(kw_only=True, slots=True)
-class ActivationTerms:
-    """Bytes per token and layer = ``replicated·h + sharded·h/t + scores·a·s/t + fixed``."""
-
-    replicated: float
-    """Coefficient of h: tensors every tensor-parallel rank holds whole (norm inputs, dropout masks)."""
-    sharded: float
-    """Coefficient of h/t: tensors split over the tp ranks (q, k, v, MLP hidden, …)."""
-    scores: float
-    """Coefficient of a·s/t: the attention scores and their dropout (0 with flash attention)."""
-    fixed: float
-    """Bytes per token independent of h (norm statistics, flash attention's log-sum-exp per head)."""
-
-    def bytes_per_token(self, m: ModelSpec, seq: int, tp: int) -> float:
-        return (self.replicated * m.hidden + self.sharded * m.hidden / tp + self.scores * m.heads * seq / tp
-                + self.fixed)
-
-    def formula(self) -> str:
-        parts = [f"{self.replicated:g}" if self.replicated else "", f"{self.sharded:g}/t" if self.sharded else "",
-                 f"{self.scores:g}·a·s/(h·t)" if self.scores else ""]
-        return "s·b·h·(" + " + ".join(p for p in parts if p) + ")"
-
-
-def layer_terms(m: ModelSpec, stack: Stack, layout: Layout, recompute: str | None = None,
-                moe: bool = False) -> ActivationTerms:
-    """The tensors one block saves for its backward, counted one by one (see the module docstring);
-    ``moe``: a mixture-of-experts block (its routed rows: tokens × top_k, split over tp with the tokens)."""
-    recompute = layout.recompute if recompute is None else recompute
-    c, r = dtype_bytes(stack.dtype), stack.residual_bytes
-    sp = layout.sp
-    rep, shd, scores, fixed = 0.0, 0.0, 0.0, 0.0
-
-    def whole(coef: float) -> None:  # held whole by every tp rank, split with sequence parallelism
-        nonlocal rep, shd
-        if sp:
-            shd += coef
-        else:
-            rep += coef
-
-    stats = 8.0 if m.norm == "layernorm" else 4.0  # fp32 mean + rstd (RMSNorm: rstd) per token
-    if recompute == "full":
-        whole(r)  # only the block's input is kept; the rest is recomputed in backward
-        return ActivationTerms(replicated=rep, sharded=shd, scores=0.0, fixed=0.0)
-    # attention block
-    whole(r)                                    # norm 1 input (the residual stream)
-    fixed += stats * (1 / layout.tp if sp else 1)
-    whole(stack.cast_copies * c)                # q/k/v input: the norm's output as the matmuls saved it
-    shd += c * m.qkv_out / m.hidden             # q, k, v (kept by the attention kernel)
-    if m.qk_norm:  # a norm over each head's q and k (Qwen3): fp32 under autocast, its input and output saved
-        shd += 8.0 * (m.heads + m.kv) * m.d_head / m.hidden
-    if stack.flash_attention:
-        if recompute != "selective":
-            shd += c * m.attn_out / m.hidden    # attention output O, heads x v_head_dim (+ log-sum-exp per head)
-            fixed += 4.0 * m.heads / layout.tp
-    elif recompute != "selective":
-        scores += c + ((1 + c) if stack.dropout else 0)   # softmax output, dropout mask and output
-    if stack.attn_out_copy or not stack.flash_attention:
-        shd += c * m.attn_out / m.hidden        # the output projection's input
-    if stack.dropout:
-        whole(1)                                # dropout mask after the projection
-    # MLP block
-    whole(r)                                    # norm 2 input
-    fixed += stats * (1 / layout.tp if sp else 1)
-    whole(c)                                    # fc (router, shared experts) input
-
-    def mlp(f: float) -> float:                 # an MLP of width f·h, per token
-        return (c * f * (2 if m.gated else 1)   # fc output(s): GELU's input, or SwiGLU's two branches
-                + c * f * (1 if (not m.gated or stack.fused_kernels) else 2))  # fc2 input (+ eager SiLU output)
-    if not moe:
-        shd += mlp(m.ffn_hidden / m.hidden)
-    else:
-        fe = m.expert_ffn / m.hidden
-        fixed += 8.0 * m.experts / layout.tp    # the router's fp32 logits and scores
-        # each routed row: the dispatched input, the expert's MLP, its output before the combine
-        shd += m.top_k * (2 * c + mlp(fe)) + mlp(m.shared_experts * fe)
-    if stack.dropout:
-        whole(1)
-    return ActivationTerms(replicated=rep, sharded=shd, scores=scores, fixed=fixed)
-
-
-def in_flight(layout: Layout, microbatches: int, stage: int, stage_layer_count: int) -> float:
-    """Layer-micro-batches of activations stage ``stage`` holds at the start of its first backward."""
-    p, v, m = layout.pp, layout.vpp, microbatches
-    if p == 1:
-        return float(stage_layer_count)
-    if layout.schedule == "gpipe":
-        return float(m * stage_layer_count)
-    if v == 1:
-        return float(min(m, p - stage) * stage_layer_count)
-    chunks = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
-    return chunks * stage_layer_count / v
 
 
 @dataclass(kw_only=True, slots=True)
@@ -277,20 +178,20 @@ def memory_of_stage(m: ModelSpec, layout: Layout, stack: Stack, global_batch: in
     tokens = layout.mb * m.seq
     L = stage_layers(m.layers, layout.pp, stage)
     n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
-    kinds = [(n, moe, layer_terms(m, stack, layout, moe=moe)) for n, moe in ((n_dense, False), (n_moe, True)) if n]
+    kinds = stage_terms(m, stack, layout, stage_first_layer(m.layers, layout.pp, stage), L, n_dense, n_moe)
     # the stage's blocks in proportion (a mixture of experts holds more per token than a dense block)
-    per_layer = sum(n * terms.bytes_per_token(m, m.seq, t) for n, _, terms in kinds) / max(1, L) * tokens
+    per_layer = sum(n * terms.bytes_per_token(m, m.seq, t) for n, _, _, terms in kinds) / max(1, L) * tokens
     held = in_flight(layout, mbs, stage, L)
     acts = held * per_layer
-    formula = " and ".join(terms.formula() + (f" ({n} {'MoE' if moe else 'dense'})" if m.moe else "")
-                           for n, moe, terms in kinds)
+    split = m.moe or layout.recompute.startswith("layer:")
+    formula = " and ".join(terms.formula() + (f" ({n} {'MoE' if moe else 'dense'}{', recomputed' if rc == 'full' and layout.recompute != 'full' else ''})" if split else "")
+                           for n, moe, rc, terms in kinds)
     f["activations"] = (f"{formula} per layer (s {m.seq}, b {layout.mb}) × {held:g} layer-micro-batches in "
                         f"flight = {_g(acts)}")
-    if layout.recompute == "full":
-        full = max(layer_terms(m, stack, layout, recompute="none", moe=moe).bytes_per_token(m, m.seq, t)
-                   for _, moe, _ in kinds) * tokens
-        acts += full  # the layer being recomputed in backward
-        f["activations"] += " + one recomputed layer"
+    redo = recompute_working_set(m, stack, layout, kinds) * tokens
+    if redo:
+        acts += redo  # the block being recomputed in backward: what its mode did not keep, made again
+        f["activations"] += f" + one recomputed layer {_g(redo)}"
     loss, kept = 0.0, 0.0
     last = stage == layout.pp - 1
     if last:

@@ -110,7 +110,8 @@ def _calibration_warnings(p: Plan, shown: list[Evaluated]) -> list[str]:
 
 def short_key(lay: dict) -> str:
     """A layout in a few characters: ``tp8 pp16 dp64 z1 mb1 sel sp v2``."""
-    rc = {"none": "", "selective": " sel", "full": " full"}[lay["recompute"]]
+    mode = lay["recompute"]
+    rc = {"none": "", "selective": " sel"}.get(mode, f" {mode.replace(':', '')}")  # op, layer2, hf, full
     s = f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} z{lay['zero']} mb{lay['mb']}{rc}"
     s += " sp" if lay["sp"] else ""
     if lay["pp"] > 1:

@@ -4,7 +4,8 @@ and why the others lost.
 The space (Narayanan et al. 2021, §3, name these trade-offs): tensor parallel inside a node
 (powers of two dividing the heads), pipeline stages (1F1B or GPipe; uneven stages allowed), data parallel over the
 rest (dividing the global batch), micro-batch sizes, interleaving (layers per stage divisible by
-vpp, micro-batches by pp), ZeRO stages, recomputation none / selective / full, sequence parallel,
+vpp, micro-batches by pp), ZeRO stages, recomputation (none / selective / full, or the modes the
+trainer offers: workbench.plan.recompute), sequence parallel,
 and for a mixture of experts the expert-parallel degree: every ep that divides both the experts
 and dp x tp (the ranks it is carved from, see workbench.plan.layout).
 Memory is checked first (cheap); only layouts that fit are timed.
@@ -57,6 +58,9 @@ class PlanRequest:
     run_job: object | None = None
     """``--from-run``: what the run ran (a :class:`workbench.calibration.from_run.RunJob`), to predict it on
     its own GPUs and batch whatever this request asks."""
+    recompute_modes: tuple[str, ...] | None = None
+    """The recomputation modes the search tries (the trainer's: :func:`workbench.plan.recompute.modes_for`);
+    None: Megatron-LM's and the engine's (none, selective, full)."""
     zero_at_dp1: int | None = None
     """The ZeRO stage layouts with one replica (dp = 1) keep (``--from-run``: the run's): with nothing to
     shard over, every stage is the same layout, so the search offers none as an alternative. None: the
@@ -185,7 +189,7 @@ def layouts(req: PlanRequest) -> list[Layout]:
                         zeros = (0, 3) if req.stack == "torch" else (0,)
                         zeros = zeros if req.zero_at_dp1 is None else (req.zero_at_dp1,)
                     for zero in zeros:
-                        for recompute in RECOMPUTE:
+                        for recompute in req.recompute_modes or RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 # GPipe takes as long as 1F1B and holds all m micro-batches: it only
                                 # ever loses on memory, which the table of losers then says

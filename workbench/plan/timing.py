@@ -23,12 +23,22 @@ from workbench.hardware.systems import Cluster
 from workbench.plan.efficiency import Efficiencies
 from workbench.plan.gemms import block_gemms, gemm_calls, gemm_seconds, outside_calibration_pct
 from workbench.plan.layout import Layout, Stack, dtype_bytes
-from workbench.plan.memory import sharded_params, stage_block_counts, stage_layers
+from workbench.plan.memory import sharded_params, stage_block_counts, stage_first_layer, stage_layers
+from workbench.plan.recompute import RECOMPUTE_LAUNCHES, stage_share
 from workbench.plan.model import ModelSpec
 
-FULL_RECOMPUTE_LAUNCHES = 1.33
-"""Kernels a block launches with full recomputation, per kernel without it: the forward (a third
-of the forward + backward launches) runs again."""
+
+
+def launch_factor(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> float:
+    """Kernels a stage's blocks launch per micro-batch under the layout's recomputation, per kernel
+    they launch without it: 1.33 when every block recomputes its whole forward (a third of the
+    forward + backward launches runs again), less for a mode that recomputes less."""
+    L = stage_layers(m.layers, layout.pp, stage)
+    d, e, fd, fe = stage_share(m, layout.recompute, stage_first_layer(m.layers, layout.pp, stage), L,
+                               fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
+    n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
+    again = (n_dense * fd * d.launches + n_moe * fe * e.launches) / max(1, L)
+    return 1.0 + RECOMPUTE_LAUNCHES * again
 FSDP2_HOST_S_PER_BLOCK = 5.9e-3
 """Host time FSDP2 (the torch stack's ZeRO 2/3) spends per block and micro-batch, forward and
 backward: its per-module pre/post hooks, all-gather and reduce-scatter bookkeeping and casts run
@@ -162,23 +172,38 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     dtype = "tf32" if stack.dtype == "tf32" else stack.dtype
     hbm = cluster.gpu.hbm_tb_s * 1e12
     out = _MicroBatch()
-    # the stage's blocks by kind (dense, mixture of experts): matmuls, their FLOPs, memory-bound bytes
+    # the stage's blocks by kind (dense, mixture of experts): matmuls, their FLOPs, memory-bound bytes,
+    # and what the recomputation runs again of each (its share of a block, over the blocks it applies to)
+    first = stage_first_layer(m.layers, layout.pp, stage)
+    shares = stage_share(m, layout.recompute, first, L, fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
     G = F = MF = MB = 0.0
+    rec = rec_flops = rec_gemm = rec_mem = rec_blocks_attn = 0.0
     for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
         if not n_blocks:
             continue
-        gemm_f = flops = 0.0
+        gemm_d = gemm_r = flops_d = flops_r = 0.0
         for rows, n, k, calls_per, routed in block_gemms(m, stack, layout, moe):
+            f = 2.0 * rows * M * n * k * calls_per
             if routed and eff.expert_gemm:
-                gemm_f += 2.0 * rows * M * n * k * calls_per / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm)
+                g = f / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm)
             else:
-                gemm_f += gemm_seconds(rows * M, n, k, calls_per, dtype, cluster, eff)
-            flops += 2.0 * rows * M * n * k * calls_per
+                g = gemm_seconds(rows * M, n, k, calls_per, dtype, cluster, eff)
+            if routed:
+                gemm_r, flops_r = gemm_r + g, flops_r + f
+            else:
+                gemm_d, flops_d = gemm_d + g, flops_d + f
         mem_f, mem_b = (b * M / (hbm * eff.memory_bound) for b in _layer_memory_bytes(m, stack, layout, s, moe))
         if stack.autocast_weight_copies:  # bf16 copies of the fp32 weights, and the fp32 gradients back
             w = 12 * _block_weights(m, layout, moe) / (hbm * eff.memory_bound)
             mem_f, mem_b = mem_f + w / 2, mem_b + w / 2
-        G, F, MF, MB = G + n_blocks * gemm_f, F + n_blocks * flops, MF + n_blocks * mem_f, MB + n_blocks * mem_b
+        G, F = G + n_blocks * (gemm_d + gemm_r), F + n_blocks * (flops_d + flops_r)
+        MF, MB = MF + n_blocks * mem_f, MB + n_blocks * mem_b
+        sh, frac = (shares[1], shares[3]) if moe else (shares[0], shares[2])
+        again = n_blocks * frac
+        rec_gemm += again * (sh.gemm * gemm_d + sh.routed * gemm_r)
+        rec_mem += again * sh.memory * mem_f
+        rec_flops += again * (sh.gemm * flops_d + sh.routed * flops_r)
+        rec_blocks_attn += again * sh.attention
     if stack.flash_attention:
         attn_flops = m.attention_flops(s) / t * M * 0.5  # causal: flash kernels skip the masked half
         attn_f = attn_flops / (cluster.gpu.peak_flops("fp32" if dtype in ("fp32", "tf32") else dtype) * eff.attention)
@@ -191,20 +216,15 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         attn_b = 2 * attn_f
         attn_hw = 3 * m.attention_flops(s) / t * M
     fwd = G + L * attn_f + MF
-    rec = {"none": 0.0, "selective": L * attn_f + (0 if stack.flash_attention else MF * 0.5), "full": fwd}[layout.recompute]
-    rec_flops = {"none": 0.0, "selective": L * attn_hw / (3.5 if stack.flash_attention else 3),
-                 "full": F + L * attn_hw / (3.5 if stack.flash_attention else 3)}[layout.recompute]
-    out.gemm = 3 * G
-    out.attention = L * (attn_f + attn_b)
-    out.memory = MF + MB
+    rec = rec_gemm + rec_mem + rec_blocks_attn * attn_f
+    rec_flops += rec_blocks_attn * attn_hw / (3.5 if stack.flash_attention else 3)
+    out.gemm = 3 * G + rec_gemm  # recompute's kernels are in the totals too (what the GPU runs)
+    out.attention = L * (attn_f + attn_b) + rec_blocks_attn * attn_f
+    out.memory = MF + MB + rec_mem
     out.recompute = rec
     out.forward = fwd
     out.backward = 2 * G + L * attn_b + MB + rec
     out.hw_flops = 3 * F + L * attn_hw + rec_flops
-    # recompute's kernels are in the totals too (what the GPU runs)
-    out.gemm += G if layout.recompute == "full" else 0.0
-    out.attention += L * attn_f if layout.recompute != "none" else 0.0
-    out.memory += MF if layout.recompute == "full" else 0.0
     c = dtype_bytes(stack.dtype)
     if stage == layout.pp - 1:  # the head and the loss
         V = m.vocab / (t if stack.vocab_parallel else 1)
@@ -252,7 +272,7 @@ def step_time(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, clu
     # a stage's host launches its micro-batches as the pipeline passes them: like the kernels, the
     # fill and drain add (p - 1)/v micro-batch times to the m (one micro-batch: the stages in turn)
     L = stage_layers(m.layers, p, stage)
-    runs = L * (mbs + (p - 1) / v) * (FULL_RECOMPUTE_LAUNCHES if layout.recompute == "full" else 1.0)
+    runs = L * (mbs + (p - 1) / v) * launch_factor(m, layout, stack, stage)
     if eff.host_s_per_kernel and eff.kernels_per_layer:
         host = max(0.0, eff.kernels_per_layer * runs * eff.host_s_per_kernel - gpu)
     if stack.name == "torch" and layout.zero >= 2:

@@ -23,7 +23,7 @@ The API::
     trainers.settings_of(run_trainer_doc)                # the settings a capture read (trainer_rank{r}.json)
 
 - :func:`line(trainer, setting, value) <workbench.trainers.base.line>`: ``setting`` is one of
-  :data:`SETTINGS` (recompute 'none'|'selective'|'full', micro_batch int, grad_accum int, zero_stage
+  :data:`SETTINGS` (recompute 'none'|'selective'|'op'|'layer:N'|'full', micro_batch int, grad_accum int, zero_stage
   0-3 — FSDP's sharding as its ZeRO stage —, optimizer_offload bool, param_offload bool, precision
   'bf16'|'fp16'|'fp32', num_workers int, fused_optimizer bool); ``trainer`` a registry name, an entry
   or None. Always a string: the trainer's own line, else plain PyTorch's.

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 SETTINGS: dict[str, str] = {
-    "recompute": "activation recomputation: 'none' | 'selective' | 'full'",
+    "recompute": ("activation recomputation, the planner's modes (workbench.plan.recompute): 'none' | 'selective' "
+                  "(the attention core, Korthikanti et al.) | 'op' (torchtitan's op-level policy) | 'layer:N' (every "
+                  "N-th block whole) | 'full'"),
     "micro_batch": "samples per device per forward pass (int)",
     "grad_accum": "micro-batches accumulated per optimizer step (int)",
     "zero_stage": "ZeRO stage / FSDP sharding: 0 (replicated), 1 (optimizer), 2 (+ gradients), 3 (+ parameters)",
@@ -24,7 +26,7 @@ SETTINGS: dict[str, str] = {
 """The settings every trainer renders a line for (:func:`line`): name → what its value is."""
 
 PRECISIONS = ("bf16", "fp16", "fp32")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "layer:N", "full")
 
 
 @runtime_checkable

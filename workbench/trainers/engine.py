@@ -13,8 +13,8 @@ _ZERO = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 
 def lines(setting: str, value: Any) -> str | None:
-    if setting == "recompute":
-        return f"--set train.recompute={value}"
+    if setting == "recompute":  # the engine's modes: none, selective (the attention core), full
+        return f"--set train.recompute={value}" if value in ("none", "selective", "full") else None
     if setting == "micro_batch":
         return f"--set data.batch_size={int(value)}"
     if setting == "grad_accum":

@@ -23,6 +23,9 @@ def lines(setting: str, value: Any) -> str | None:
     if setting == "recompute":
         if value in ("none", "full"):
             return f"TrainingArguments(gradient_checkpointing={value == 'full'})"
+        if str(value).startswith("layer:"):  # transformers 5: every N-th decoder layer (0, N, 2N …) checkpointed
+            return (f"TrainingArguments(gradient_checkpointing=True, "
+                    f"gradient_checkpointing_kwargs={{\"every_n_layers\": {str(value)[6:]}}})")
         return None
     if setting == "precision":
         p = precision_of(value)
@@ -59,6 +62,10 @@ def read(trainer: Any) -> dict[str, Any]:
     gc = getattr(args, "gradient_checkpointing", None)
     if isinstance(gc, bool):
         out["recompute"] = "full" if gc else "none"
+        kw = getattr(args, "gradient_checkpointing_kwargs", None)
+        n = kw.get("every_n_layers") if isinstance(kw, dict) else None
+        if gc and isinstance(n, int) and not isinstance(n, bool) and n > 1:
+            out["recompute"] = f"layer:{n}"
     out["precision"] = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
     optim = getattr(args, "optim", None)
     if optim is not None:

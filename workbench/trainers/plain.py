@@ -16,6 +16,12 @@ def lines(setting: str, value: Any) -> str | None:
             return "no torch.utils.checkpoint.checkpoint(...) around the blocks"
         if value == "full":
             return "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) around each block"
+        if value == "selective":
+            return ("torch.utils.checkpoint.checkpoint(attention_core, q, k, v, use_reentrant=False) in each block "
+                    "(the attention core only)")
+        if str(value).startswith("layer:"):
+            return (f"torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) around every {str(value)[6:]}-th "
+                    "block")
         return ("torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False, context_fn=partial("
                 "create_selective_checkpoint_contexts, policy)) (a policy that saves the matmuls)")
     if setting == "micro_batch":

@@ -15,8 +15,13 @@ _DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 def lines(setting: str, value: Any) -> str | None:
     if setting == "recompute":
-        return f"--activation_checkpoint.mode {value}" + (" --activation_checkpoint.selective_ac_option op"
-                                                          if value == "selective" else "")
+        if value in ("none", "full"):
+            return f"--activation_checkpoint.mode {value}"
+        if value == "op":  # its default selective option: every other matmul's output and attention's saved
+            return "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op"
+        if str(value).startswith("layer:"):
+            return f"--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option {str(value)[6:]}"
+        return None  # no attention-core-only policy ('selective' in Korthikanti's sense)
     if setting == "micro_batch":
         return f"--training.local_batch_size {int(value)}"
     if setting == "grad_accum":
@@ -53,8 +58,14 @@ def read(trainer: Any) -> dict[str, Any]:
         p = precision_of(getattr(tr, "mixed_precision_param", None))
         if p:
             out["precision"] = p
-    if ac is not None and getattr(ac, "mode", None) in ("none", "selective", "full"):
+    if ac is not None and getattr(ac, "mode", None) in ("none", "full"):
         out["recompute"] = ac.mode
+    elif ac is not None and getattr(ac, "mode", None) == "selective":
+        option = str(getattr(ac, "selective_ac_option", "op"))
+        if option == "op":
+            out["recompute"] = "op"
+        elif option.isdigit():  # every N-th block whole (1 or 0: every block)
+            out["recompute"] = f"layer:{int(option)}" if int(option) > 1 else "full"
     if par is not None:
         shard = getattr(par, "data_parallel_shard_degree", None)
         if isinstance(shard, int):
@@ -77,7 +88,7 @@ TRAINER = register(Spec(
     optimizer_step="OptimizersContainer.step() over the model parts' optimizers",
     micro_batch="one forward_backward_step on local_batch_size samples",
     step_base=1, mfu_convention="torchtitan",
-    config_names={"recompute": "activation_checkpoint.mode", "micro_batch": "training.local_batch_size",
+    config_names={"recompute": "activation_checkpoint.mode (+ selective_ac_option)", "micro_batch": "training.local_batch_size",
                   "grad_accum": "training.global_batch_size", "zero_stage": "parallelism.fsdp_reshard_after_forward",
                   "optimizer_offload": "training.enable_cpu_offload", "param_offload": "training.enable_cpu_offload",
                   "precision": "training.mixed_precision_param"},

@@ -29,7 +29,7 @@ FIELDS = ("params_total", "params_active", "params_embedding", "params_non_embed
           "gated", "experts",
           "top_k", "shared_experts", "moe_ffn", "moe_layers", "dense_layers", "vocab", "tied", "seq", "micro_batch",
           "micro_batches", "tokens_per_step", "global_tokens_per_step", "dtype", "recompute", "recompute_fraction",
-          "layout", "optimizer", "model_flops_per_token")
+          "recompute_mode", "layout", "optimizer", "model_flops_per_token")
 """The names of the ``model.fields`` block, in the order the JSON lists them."""
 TRANSFORMER_FIELDS = frozenset({"layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "attention", "qk_norm",
                                 "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn", "gated", "experts", "top_k", "shared_experts",
@@ -123,4 +123,5 @@ def _kind(ctx, f: Candidates) -> str | None:
     if kind != "transformer" and "recompute" in f and f["recompute"]["value"] != "none":
         for k in ("recompute", "recompute_fraction"):  # no attention layers to count it per layer by
             f[k]["confidence"] = "medium"
+        f.pop("recompute_mode", None)  # which policy ran is read off attention layers
     return kind
