@@ -16,7 +16,9 @@ backward, and which forward work it runs again.
   ``reduce_scatter_tensor`` (and ``all_to_all_single`` for its MoE models) — except every second
   ``mm`` of the block (its policy counts them: the 1st, 3rd, 5th … are saved), and recomputes the
   rest: norms, activations, rotary embeddings, casts, the routed experts' ``_grouped_mm`` (not on
-  the list). torchtitan v0.2.2, ``torchtitan/distributed/activation_checkpoint.py``.
+  the list) and the MoE router's gate (force-recomputed by its default
+  ``per_op_sac_force_recompute_mm_shapes_by_fqns``, and not counted). torchtitan v0.2.2,
+  ``torchtitan/distributed/activation_checkpoint.py`` and ``config/job_config.py``.
 - ``layer:N``: torchtitan's layer-level selective option (``--activation_checkpoint.selective_ac_option
   N``): every N-th block (counted from 1: blocks N, 2N, …) is recomputed whole, the others keep
   everything. ``layer:1`` is ``full``.
@@ -90,10 +92,12 @@ def checkpointed_in(mode: str, first: int, count: int, moe_of=None) -> tuple[int
 
 
 def block_matmuls(m, fused_qkv: bool, moe: bool) -> list[tuple[str, float, bool]]:
-    """(name, output width per token, column-parallel) of every ``aten.mm`` one block runs, in the
-    order the model runs them (torchtitan's blocks: attention projections, then the MLP; a mixture of
-    experts: the router, then the shared experts — the routed experts run as ``_grouped_mm``, which
-    is no ``mm``). Column-parallel outputs split over tensor-parallel ranks, row-parallel ones do not."""
+    """(name, output width per token, column-parallel) of every ``aten.mm`` torchtitan's op-level policy
+    counts in one block, in the order the model runs them: the attention projections, then the MLP; a
+    mixture of experts' shared experts (its router's gate is recomputed and not counted, by the policy's
+    default ``per_op_sac_force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``; its routed experts
+    run as ``_grouped_mm``, which is no ``mm``). Column-parallel outputs split over tensor-parallel
+    ranks, row-parallel ones do not."""
     h, a, d = m.hidden, m.heads, m.d_head
     if m.latent:
         rope = m.qk_rope_head_dim
@@ -110,7 +114,7 @@ def block_matmuls(m, fused_qkv: bool, moe: bool) -> list[tuple[str, float, bool]
         return up + [("w2", h, False)]
     if not moe:
         return attn + mlp(m.ffn_hidden)
-    out = attn + [("router", m.experts, False)]
+    out = attn
     if m.shared_experts:
         out += mlp(m.shared_experts * m.expert_ffn)
     return out
@@ -158,8 +162,9 @@ def share(m, mode: str, moe: bool, *, fused_qkv: bool = False, flash_attention: 
         mms = block_matmuls(m, fused_qkv, moe)
         k = {name: i for i, (name, _, _) in enumerate(mms)}
         flops = {name: width * _in_width(m, name) for name, width, _ in mms}
-        total = sum(flops.values())
-        again = sum(f for name, f in flops.items() if k[name] % 2 == 1)
+        router = m.hidden * m.experts if moe else 0.0  # recomputed, outside the count
+        total = sum(flops.values()) + router
+        again = sum(f for name, f in flops.items() if k[name] % 2 == 1) + router
         # every kernel but the saved matmuls and attention runs again (norms, activations, rotary, casts)
         return Share(gemm=again / total if total else 0.0, routed=1.0, attention=0.0, memory=1.0, comm=0.0,
                      launches=0.8)
