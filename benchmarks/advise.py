@@ -30,7 +30,7 @@ COSTS = [("corpus/torchtitan_3b_full_gpu", "corpus/torchtitan_3b_none_gpu"),
 
 def measured(run: str) -> tuple[float, float]:
     """The job's steady step (GPU clock) and the allocator's reserved peak."""
-    from workbench.analysis.throughput import steady_summary
+    from workbench.format.steady import steady_summary
 
     s = pd.read_csv(TRACES / run / "steps_rank0.csv")
     return float(steady_summary({0: s})["step_ms"].iloc[0]), float(s["max_mem_reserved_bytes"].max())

@@ -106,7 +106,7 @@ def run_variant(name: str, env_extra: dict | None, script: list[str], cwd: Path,
     if steps.exists():  # every step: (step, profiler phase, ms on the clock the manifest used, capture ms)
         import csv
 
-        from workbench.format.overhead import phases, row_times
+        from workbench.format.steady import phases, row_times
 
         rows = list(csv.DictReader(steps.open()))
         kinds = phases(rows)

@@ -229,7 +229,8 @@ def measure(name: str, truth: dict) -> dict:
     eff = doc["efficiency"] or {}
     theirs, how = own_mfu(name, doc)
     # tokens/s from the inferred model against the script's own count (steps CSV, record_metrics)
-    from workbench.analysis.throughput import steady_summary, tokens_per_s
+    from workbench.analysis.job import tokens_per_s
+    from workbench.format.steady import steady_summary
     from workbench.pipeline.verdict import model_tokens_per_s
 
     a = analyze_run(TRACES / name)
@@ -243,7 +244,7 @@ def measure(name: str, truth: dict) -> dict:
         if "llama_" in name or own_truth(TRACES / name):  # "step N: …, time X ms" over the job's steps
             (job,) = doc["summary"]["job"] or [None]
             own = {int(k): float(t) for k, t in re.findall(r"^step (\d+): .*? time ([\d.]+) ms", (TRACES / name / "console.log").read_text(), re.M)}
-            from workbench.analysis.throughput import steady_steps
+            from workbench.format.steady import steady_steps
 
             steady = set(int(x) for x in steady_steps(a.context.steps[0], a.context.steps_warmup)["step"])
             steps = [t for k, t in own.items() if k in steady]

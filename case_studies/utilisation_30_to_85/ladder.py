@@ -72,7 +72,7 @@ def changed_keys(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
 
 
 def steady_steps(run_dir: Path) -> tuple[float, float | None, list[tuple[float, float]]]:
-    """The run's steady steps as ``workbench.analysis.throughput`` defines them (step ≥ 1, not
+    """The run's steady steps as ``workbench.format.steady`` defines them (step ≥ 1, not
     profiled; the numbers ``workbench compare`` and ``--json`` ``metrics`` give): (mean step ms,
     tokens/s of the job, [(start, end)] of rank 0's steady steps for the NVML mean).
 
@@ -83,7 +83,8 @@ def steady_steps(run_dir: Path) -> tuple[float, float | None, list[tuple[float, 
     """
     import pandas as pd
 
-    from workbench.analysis.throughput import steady_step_ms, steady_steps as steady, steady_summary, tokens_per_s
+    from workbench.analysis.job import steady_step_ms, tokens_per_s
+    from workbench.format.steady import steady_steps as steady, steady_summary
 
     frames = {int(f.stem.removeprefix("steps_rank")): pd.read_csv(f) for f in run_dir.glob("steps_rank*.csv")}
     warmup = (json.loads((run_dir / "manifest.json").read_text()).get("schedule") or {}).get("warmup")

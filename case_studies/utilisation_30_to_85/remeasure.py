@@ -5,7 +5,7 @@ breakdown, diagnoses, verdict, and each fix's measured speed-up beside its estim
     python case_studies/utilisation_30_to_85/remeasure.py case_studies/utilisation_30_to_85/results_gpu.json
     python case_studies/utilisation_30_to_85/render.py     # RESULTS.md and figures from the JSON
 
-Tokens/s became one definition (``workbench.analysis.throughput``), then the job's numbers left the
+Tokens/s became one definition (``workbench.format.steady``), then the job's numbers left the
 profiler's warm-up steps out of the steady steps and set the recorded steps' breakdown, MFU and
 estimates against the job's step (the unprofiled steps): this script is how the committed numbers
 follow such a change. It prints, per rung, what moved.

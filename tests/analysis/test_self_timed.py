@@ -23,7 +23,7 @@ import pytest
 from benchmarks import corpus
 from tests.conftest import ROOT, TRACES
 from workbench.cli.console import print_analysis
-from workbench.analysis.throughput import parse_step_set
+from workbench.format.steady import parse_step_set
 from workbench.hardware.peaks import device_peak
 from workbench.pipeline.verdict import analyze_run
 

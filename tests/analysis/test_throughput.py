@@ -5,7 +5,7 @@ of 111.7 ms steps (the profiled ones): the title now names the steps its figures
 figure is the one the CLI or ``workbench compare`` prints for those steps.
 (b) ``workbench compare`` gave ``traces/case_gpu_2_preload_shm`` 57,306 tokens/s (step 0's
 start-up and the profiled steps counted) where the case study's RESULTS.md gave 139,352: both now
-use the steady steps of ``workbench.analysis.throughput``.
+use the steady steps of ``workbench.format.steady``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from statistics import median
 import pytest
 
 from tests.conftest import ROOT
-from workbench.format.overhead import capture_overhead, describe, phases, row_times, steady_mask
+from workbench.format.overhead import capture_overhead, describe
+from workbench.format.steady import phases, row_times, steady_mask
 
 RUN = ROOT / "traces" / "self_timed_cpu"
 

@@ -19,9 +19,9 @@ TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 
 def measured(run: str) -> tuple[float, float]:
-    """The job's step (the steady unprofiled steps on the GPU clock: analysis.throughput) and the
+    """The job's step (the steady unprofiled steps on the GPU clock: format.steady) and the
     allocator's reserved peak."""
-    from workbench.analysis.throughput import steady_summary
+    from workbench.format.steady import steady_summary
 
     s = pd.read_csv(TRACES / run / "steps_rank0.csv")
     return float(steady_summary({0: s})["step_ms"].iloc[0]), float(s["max_mem_reserved_bytes"].max())

@@ -21,7 +21,7 @@ from rich.console import Console
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import TRACES
-from workbench.analysis.throughput import parse_step_set
+from workbench.format.steady import parse_step_set
 from workbench.cli.console import print_analysis
 from workbench.pipeline import analyze
 from workbench.pipeline.compare import compare_runs

@@ -9,7 +9,7 @@ profiler's host cost does not change them. So:
 
 - **the job's step** is the mean of the unprofiled steady steps (each rank's mean, averaged over
   the ranks: they step together)
-  (:mod:`workbench.format.overhead`: ``step ≥ 1``, profiler off, the GPU's clock where captured). What
+  (:mod:`workbench.format.steady`: ``step ≥ 1``, profiler off, the GPU's clock where captured). What
   makes a mean fragile is gone by construction: the capture's own pauses (the trace export, up
   to seconds) fall in no step (``capture_ms``; for older runs the one step that held the export
   takes the host's figure). What is left is the job's: a mean, not a median, because a starved
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.steps import CATEGORIES
-from workbench.analysis.throughput import parse_step_set, steady_summary, step_set
+from workbench.format.steady import parse_step_set, step_set
 
 JOB_MIN_STEPS = 3
 """Unprofiled steady steps a rank needs before their mean stands for the job (one or two steps
@@ -51,14 +51,6 @@ MISMATCH = 0.05
 """A recorded step more than 5 % off the job's is reported as corrected (two runs of one
 configuration differ by a few percent: compare.NOISE_PCT)."""
 
-def job_steps(steps: Mapping[int, pd.DataFrame | None] | None, warmup: int | None = None) -> pd.DataFrame:
-    """Per rank with at least :data:`JOB_MIN_STEPS` unprofiled steady steps, the job's step:
-    :func:`workbench.analysis.throughput.steady_summary` (``step_ms`` is the mean, the job's
-    step). ``warmup``: the schedule's warm-up steps (manifest), for runs written before the
-    ``profiler`` column."""
-    return steady_summary(steps, min_steps=JOB_MIN_STEPS, warmup=warmup)
-
-
 SYNC_RATIO = 2.0
 """A host-timed step this many times the median of the rank's steady steps is taken for a sync:
 the host waited there for the GPU to catch up with what it had queued."""
@@ -66,10 +58,12 @@ CLOCK_WORDS = {"gpu": "GPU clock", "host": "host clock", "sync": "host clock, sy
 """How each value of a job row's ``clock`` is said in titles and notes."""
 
 
-def device_bound_job(job: pd.DataFrame, recorded: pd.DataFrame, steps: Mapping[int, pd.DataFrame | None] | None,
-                     warmup: int | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """``job`` (:func:`job_steps`) where no rank's host-timed step is shorter than the work the
-    trace saw its GPU do, and one note per rank corrected.
+def device_bound_job(job: pd.DataFrame, recorded: pd.DataFrame,
+                     steady: Mapping[int, pd.DataFrame] | None) -> tuple[pd.DataFrame, list[str]]:
+    """``job`` (the job's step per rank: :func:`workbench.format.steady.steady_summary` of at least
+    :data:`JOB_MIN_STEPS` steps) where no rank's host-timed step is shorter than the work the
+    trace saw its GPU do, and what was corrected per rank (:func:`_worded` says it: the steps'
+    ``step_set`` and a note).
 
     A host that runs ahead of the GPU (CUDA graphs, a loop with no sync per step) finishes its
     part of a step long before the GPU does, so where the steps CSV has no ``gpu_step_ms`` its
@@ -88,9 +82,7 @@ def device_bound_job(job: pd.DataFrame, recorded: pd.DataFrame, steps: Mapping[i
     """
     if job.empty or recorded.empty:
         return job, []
-    from workbench.analysis.throughput import step_time_ms, steady_steps
-
-    out, notes = job.copy(), []
+    out, fixes = job.copy(), []
     for i, row in job.iterrows():
         r = int(row["rank"])
         rows = recorded[recorded["rank"] == r]
@@ -100,26 +92,48 @@ def device_bound_job(job: pd.DataFrame, recorded: pd.DataFrame, steps: Mapping[i
         host = float(row["step_ms"])
         if not dev > host * (1 + MISMATCH):
             continue
-        df = (steps or {}).get(r)
-        t = step_time_ms(df, warmup).loc[steady_steps(df, warmup).index].dropna() if df is not None else pd.Series(dtype=float)
+        st = (steady or {}).get(r)  # workbench.format.steady.steady_times
+        t = st["time_ms"] if st is not None else pd.Series(dtype=float)
         sync = np.flatnonzero(t.to_numpy() > SYNC_RATIO * float(t.median())) if len(t) else np.empty(0, int)
         window = t.iloc[sync[0] + 1: sync[-1] + 1] if len(sync) >= 2 else t.iloc[:0]
         if len(window) and float(window.mean()) >= dev * (1 - MISMATCH):
-            new, clock, n = float(window.mean()), "sync", len(window)
-            numbers = df.loc[window.index, "step"]
-            first, last = int(numbers.min()), int(numbers.max())
-            how = f"the mean of {n} steps from sync to sync (steps {step_set(numbers)}: {len(sync)} syncs)"
+            new, clock, n, numbers = float(window.mean()), "sync", len(window), st.loc[window.index, "step"]
         else:
-            new, clock, n = float(rows["step_ms"].mean()), "trace", len(rows)
-            numbers = rows["step"]
-            first, last = int(numbers.min()), int(numbers.max())
-            how = (f"the recorded steps on the trace's GPU clock ({n} steps; "
-                   f"{'no sync' if len(sync) < 2 else 'syncs'} among the unprofiled steps{'' if len(sync) < 2 else ' do not keep the GPU pace'})")
+            new, clock, n, numbers = float(rows["step_ms"].mean()), "trace", len(rows), rows["step"]
         out.loc[i, ["step_ms", "median_step_ms", "clock"]] = [new, float(window.median()) if clock == "sync" else float(rows["step_ms"].median()), clock]
-        out.loc[i, ["steps", "first_step", "last_step", "step_set"]] = [n, first, last, step_set(numbers)]
+        out.loc[i, ["steps", "first_step", "last_step"]] = [n, int(numbers.min()), int(numbers.max())]
+        fixes.append((i, r, host, dev, len(sync), numbers))
+    return out, fixes
+
+
+def _worded(job: pd.DataFrame, fixes: list) -> tuple[pd.DataFrame, list[str]]:
+    """``job`` with the steps of each row :func:`device_bound_job` corrected (``step_set``), and
+    one note per such rank."""
+    notes = []
+    for i, r, host, dev, syncs, numbers in fixes:
+        job.loc[i, "step_set"] = step_set(numbers)
+        n, new = int(job.loc[i, "steps"]), float(job.loc[i, "step_ms"])
+        if job.loc[i, "clock"] == "sync":
+            how = f"the mean of {n} steps from sync to sync (steps {job.loc[i, 'step_set']}: {syncs} syncs)"
+        else:
+            how = (f"the recorded steps on the trace's GPU clock ({n} steps; "
+                   f"{'no sync' if syncs < 2 else 'syncs'} among the unprofiled steps{'' if syncs < 2 else ' do not keep the GPU pace'})")
         notes.append(f"rank {r}: the host's unprofiled steps average {host:.1f} ms but its GPU works {dev:.1f} ms per recorded "
                      f"step: the host ran ahead of the GPU (no sync each step), so the job's step is {new:.1f} ms, {how}")
-    return out, notes
+    return job, notes
+
+
+def against_job(recorded: pd.DataFrame, job: pd.DataFrame, steady: Mapping[int, pd.DataFrame] | None,
+                gpu: bool) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The recorded steps (analysis.steps' breakdown) set against the job's step: (``job`` where
+    the host ran ahead of the GPU on GPU traces, :func:`device_bound_job`; the breakdown against
+    it, :func:`correct_breakdown`; one note per rank whose job step was corrected). ``job``: each
+    rank's :func:`workbench.format.steady.steady_summary` of at least :data:`JOB_MIN_STEPS` steps;
+    ``steady``: its :func:`workbench.format.steady.steady_times`."""
+    job, fixes = device_bound_job(job, recorded, steady) if gpu else (job, [])
+    breakdown = correct_breakdown(recorded, job, gpu)
+    job, notes = _worded(job, fixes)
+    return job, breakdown, notes
 
 
 def correct_breakdown(breakdown: pd.DataFrame, job: pd.DataFrame, gpu: bool) -> pd.DataFrame:
@@ -221,3 +235,16 @@ def clock_words(job: pd.DataFrame) -> str:
         if k in kinds:
             return CLOCK_WORDS[k]
     return CLOCK_WORDS["host"]
+
+
+def steady_step_ms(summary: pd.DataFrame) -> float | None:
+    """Mean steady step time over ranks (ms), from :func:`workbench.format.steady.steady_summary`."""
+    return float(summary["step_ms"].mean()) if not summary.empty else None
+
+
+def tokens_per_s(summary: pd.DataFrame) -> float | None:
+    """The job's tokens per steady step / the steady step time, from :func:`workbench.format.steady.steady_summary`."""
+    step = steady_step_ms(summary)
+    if not step or summary["tokens"].isna().all():
+        return None
+    return float(summary["tokens"].sum()) / (step / 1e3)

@@ -72,7 +72,7 @@ class Context:
     length); the recorded steps themselves where they do not."""
     run_config: dict | None = None
     job: Any = None
-    """analysis.job.job_steps (after device_bound_job): each rank's job step, its steps and clock;
+    """workbench.format.steady.steady_summary (after analysis.job.device_bound_job): each rank's job step, its steps and clock;
     None or empty where the steps CSVs do not say it (the breakdown is then the recorded steps')."""
     steps_warmup: int | None = None
     """The schedule's warm-up steps (manifest), for steps CSVs written before the profiler column."""

@@ -2,88 +2,26 @@
 
 A profiler slows what it records, and a host-sensitive loop most: on a GPT-2 124M bf16 loop on an
 H200 the three recorded steps took 1.6× the others. The job's own time is what the unprofiled
-steps take; the recorded window is evidence of *what* runs. This module reads the per-step rows
-of ``steps_rank{r}.csv`` (:data:`workbench.format.contract.STEP_COLUMNS`) and says, for one run:
+steps take; the recorded window is evidence of *what* runs. From the per-step rows of
+``steps_rank{r}.csv``, read as :mod:`workbench.format.steady` defines them (each row's phase, its
+time, whether it is steady):
 
-- which rows are which (:func:`phases`): ``record`` (traced and kept), ``warmup`` (traced and
-  discarded: it costs as much as a recorded step) and ``off``; the ``profiler`` column where
-  capture wrote it, else inferred from ``profiled`` and the schedule's warm-up count;
-- each row's time (:func:`row_times`): ``gpu_step_ms`` (the GPU's clock) where captured, else the
-  host's ``step_ms``. Runs written before ``capture_ms`` existed put the trace export's pause
-  into the GPU time of the first step after the window (its start event was recorded before the
-  export): that one row has no time (the host's figure never held the pause, but it is not the
-  GPU's either when the host runs ahead);
 - :func:`capture_overhead`: the launcher's record in the manifest (medians of the recorded and of
-  the unprofiled steady rows, ``step ≥ STEADY_FIRST_STEP``, their ratio) and the figures no
-  analysis recomputes differently: the profiler's warm-up steps, the export's pause, the hooks'
-  cost. The run's capture overhead as every command states it is ``workbench analyze``'s
-  (``summary.capture_overhead``: the profiled steps' mean against the job's step,
-  :func:`workbench.analysis.job.capture_cost`), which :func:`describe` puts in words.
+  the unprofiled steady rows, their ratio) and the figures no analysis recomputes differently: the
+  profiler's warm-up steps, the export's pause, the hooks' cost. The run's capture overhead as
+  every command states it is ``workbench analyze``'s (``summary.capture_overhead``: the profiled
+  steps' mean against the job's step, :func:`workbench.analysis.job.capture_cost`), which
+  :func:`describe` puts in words.
 
 Pure Python (the launcher calls it to write the manifest; analysis calls it on DataFrame rows).
 """
 
 from __future__ import annotations
 
-import math
 from statistics import median
 from typing import Any, Iterable, Mapping
 
-STEADY_FIRST_STEP = 1
-"""Step 0 carries start-up (CUDA context, allocator growth, compilation, DataLoader workers)."""
-
-Row = Mapping[str, Any]
-
-
-def num(v: Any) -> float | None:
-    """A CSV cell or DataFrame value as a float; None for empty, missing or NaN."""
-    if v is None or v == "":
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
-def phases(rows: list[Row], warmup: int | None = None) -> list[str]:
-    """Each row's profiler phase: ``off``, ``warmup`` or ``record``.
-
-    ``warmup``: the schedule's warm-up step count (manifest ``schedule.warmup``), used only for
-    rows written before the ``profiler`` column: the ``warmup`` rows before each recorded window."""
-    out = []
-    for r in rows:
-        p = r.get("profiler")
-        if isinstance(p, str) and p in ("off", "warmup", "record"):
-            out.append(p)
-        else:
-            out.append("record" if (num(r.get("profiled")) or 0) >= 1 else "off")
-    if warmup and not any(isinstance(r.get("profiler"), str) and r.get("profiler") for r in rows):
-        for i, p in enumerate(out):
-            if p == "record" and (i == 0 or out[i - 1] != "record"):
-                for j in range(max(0, i - warmup), i):
-                    if out[j] == "off":
-                        out[j] = "warmup"
-    return out
-
-
-def row_times(rows: list[Row], kinds: list[str] | None = None) -> list[float | None]:
-    """Each row's step time in ms (see the module docstring), None where the row has none."""
-    kinds = kinds or phases(rows)
-    out = []
-    for i, r in enumerate(rows):
-        host, gpu = num(r.get("step_ms")), num(r.get("gpu_step_ms"))
-        after_export = (i > 0 and kinds[i - 1] == "record" and kinds[i] != "record"
-                        and num(r.get("capture_ms")) is None and num(rows[i - 1].get("capture_ms")) is None)
-        out.append(host if gpu is None else None if after_export else gpu)
-    return out
-
-
-def steady_mask(rows: list[Row], kinds: list[str] | None = None) -> list[bool]:
-    """The unprofiled steady rows: ``step ≥ STEADY_FIRST_STEP`` and the profiler off."""
-    kinds = kinds or phases(rows)
-    return [(num(r.get("step")) or 0) >= STEADY_FIRST_STEP and k == "off" for r, k in zip(rows, kinds)]
-
+from workbench.format.steady import Row, num, phases, row_times, steady_mask
 
 def _median(xs: Iterable[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]

@@ -1,4 +1,5 @@
-"""Is the run whole, and one kind of device? Said, never assumed.
+"""Is the run whole, and one kind of device? Said, never assumed; and what else a reader must
+know about how its traces were read (:func:`notes`).
 
 A manifest for 8 ranks beside one rank's trace, or one public trace of a 128-rank job, is analysed
 as what it is: the verdict is those ranks', and the run says which ranks it lacks. Ranks on
@@ -9,6 +10,7 @@ run says so. Both land in ``run.warnings`` (one line each), in ``--json`` (``run
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from workbench.hardware import devices
@@ -85,16 +87,31 @@ def mixed_devices(run) -> dict[str, list[int]] | None:
     return {shown[k]: rs for k, rs in kinds.items()}
 
 
-def notes(run) -> list[str]:
-    """One line for a partial run and one for mixed devices (empty for a whole, uniform run)."""
-    out = []
-    p = partial(run)
+NO_STEP_MARKERS = ("no ProfilerStep#N marker in the trace (torch.autograd.profiler, or torch.profiler without a "
+                   "schedule's prof.step()): the whole trace is analysed as one step")
+
+
+def notes(run, whole: bool = True) -> list[str]:
+    """What a reader must know about the run as loaded, one line each: what the loader set right
+    in each trace (workbench.load.sanity), the device when its name did not say which GPU it is (or
+    nothing did: then MFU needs ``--peak-tflops``), a trace with no step markers (analysed whole);
+    then, where ``whole`` (all its ranks were asked for), a partial run and mixed devices."""
+    info = run.rank_info
+    p = partial(run) if whole else None
+    mixed = mixed_devices(run) if whole else None
+    device = None
+    if run.has_gpu:
+        device = devices.describe(run.manifest.get("device_name"), next((t.devices[0] for t in info.values() if t.devices), None))
+    out = [f"{Path(t.path).name}: {n}" for t in info.values() for n in getattr(t, "notes", ())]
+    if device:
+        out.append(device)
+    if info and all(t.first_step is None for t in info.values()):
+        out.append(NO_STEP_MARKERS)
     if p:
         n, w = len(p["ranks_analysed"]), p["world_size"]
         out.append(f"partial run: traces of {n} of the job's {w} ranks (rank{'s' * (n != 1)} "
                    f"{spans(p['ranks_analysed'])}); no trace of rank{'s' * (w - n != 1)} {p['ranks_missing']}: "
                    "the verdict is of the ranks analysed")
-    mixed = mixed_devices(run)
     if mixed:
         first = next(iter(mixed))
         out.append("mixed devices: " + "; ".join(f"{d} (rank{'s' * (len(rs) != 1)} {spans(rs)})" for d, rs in mixed.items())

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 
@@ -28,7 +28,7 @@ from workbench.format import discover
 from workbench.format import manifest as manifest_file
 from workbench.format.kineto import RANK_FILE, trace_files
 from workbench.format.errors import TraceError, WorkbenchError
-from workbench.load import jobs
+from workbench.load import completeness, jobs
 from workbench.load.jobs import Candidate
 from workbench.load.trace import Trace, read_trace
 
@@ -177,35 +177,53 @@ def max_ranks() -> int:
     return int(v) if v.isdigit() and int(v) > 0 else MAX_RANKS
 
 
-def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None) -> Run:
-    """Load the run at ``path`` (a run directory, a bare trace directory, or one trace file).
+Reader = Callable[[Run, list[Path]], list[Candidate]]
+"""What the trace files of a located run become: one :class:`~workbench.load.jobs.Candidate` per
+file kept, holding its parsed :class:`Trace` (:func:`full_traces`) or what a reducer made of it
+(``workbench.pipeline.reduce``: the rank's frames, computed in worker processes)."""
+
+
+def load_run(path: Path | str, ranks: Iterable[int] | None = None, progress=None, read: Reader | None = None) -> Run:
+    """Load the run at ``path`` (a run directory, a bare trace directory, or one trace file):
+    locate it, read its trace files, keep those that are one job (:func:`assemble`).
 
     ``ranks`` limits which ranks' traces are parsed; ``progress(done, total, file)`` is called
-    after each file (the CLI draws a bar with it).
+    after each file (the CLI draws a bar with it); ``read``: what the files become (default: their
+    full traces, :func:`full_traces`).
     """
     run, files = locate(path)
     wanted = set(ranks) if ranks is not None else None
-    cands: list[Candidate] = []
-    for i, f in enumerate(files):
-        m = RANK_FILE.match(f.name)
-        if m and wanted is not None and int(m.group(1)) not in wanted:
-            continue
-        trace = read_trace(f)
-        rank = rank_of(trace, f)
-        if progress:
-            progress(i + 1, len(files), f)
-        if wanted is not None and rank not in wanted:
-            continue
-        cands.append(Candidate(rank, trace))
+    read = read or full_traces(wanted, progress)
+    cands = read(run, files)
+    if note := discover.rank_by_order(cands):  # several processes that state no rank: ranked in file order
+        run.warnings.append(note)
     return assemble(run, cands, Path(path), wanted)
 
 
+def full_traces(wanted: set[int] | None = None, progress=None) -> Reader:
+    """The :data:`Reader` of full traces: each file parsed (:func:`read_trace`), the ranks of
+    ``wanted`` kept (a file named for another rank is not even read)."""
+    def read(run: Run, files: list[Path]) -> list[Candidate]:
+        cands: list[Candidate] = []
+        for i, f in enumerate(files):
+            m = RANK_FILE.match(f.name)
+            if m and wanted is not None and int(m.group(1)) not in wanted:
+                continue
+            trace = read_trace(f)
+            rank = rank_of(trace, f)
+            if progress:
+                progress(i + 1, len(files), f)
+            if wanted is not None and rank not in wanted:
+                continue
+            cands.append(Candidate(rank, trace))
+        return cands
+    return read
+
+
 def assemble(run: Run, cands: list[Candidate], path: Path, wanted: set[int] | None = None) -> Run:
-    """``run`` with the traces of ``cands`` that are one job as its ranks (each candidate's
-    ``trace`` a :class:`Trace`, or the summary ``workbench.pipeline.reduce`` reduced it to), then
-    :func:`finish`: what :func:`load_run` and the reducer share."""
-    if note := discover.rank_by_order(cands):
-        run.warnings.append(note)
+    """``run`` with the traces of ``cands`` (ranked: :func:`load_run`) that are one job as its ranks
+    (each candidate's ``trace`` a :class:`Trace`, or the summary ``workbench.pipeline.reduce``
+    reduced it to), then :func:`finish`."""
     for c in one_job(run, cands):
         full = isinstance(c.trace, Trace)
         run.ranks[c.rank] = RankData(rank=c.rank, trace=c.trace if full else None, summary=None if full else c.trace)
@@ -285,11 +303,8 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
                 run.ranks.setdefault(r, RankData(rank=r, trace=None)).history = df
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
-    run.warnings.extend(notes(run))
-    if wanted is None:  # all the ranks asked for: is that the whole job, on one kind of device?
-        from workbench.load import completeness
-
-        run.warnings.extend(completeness.notes(run))
+    # how the traces were read, and with all the ranks asked for, whether that is the whole job on one kind of device
+    run.warnings.extend(completeness.notes(run, whole=wanted is None))
     manifest = run.manifest
     if manifest.get("status") == contract.STATUS_FAILED:
         error = manifest.get("error") if isinstance(manifest.get("error"), str) else ""
@@ -297,27 +312,6 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
         line = line if len(line) <= 240 else line[:239] + "…"
         run.warnings.append(f"the run failed: {line or 'exit code ' + str(manifest.get('exit_code'))}")
     return run
-
-
-NO_STEP_MARKERS = ("no ProfilerStep#N marker in the trace (torch.autograd.profiler, or torch.profiler without a "
-                   "schedule's prof.step()): the whole trace is analysed as one step")
-
-
-def notes(run: Run) -> list[str]:
-    """What a reader must know about how the traces were read: the device when its name did not
-    say which GPU it is (or nothing did: then MFU needs ``--peak-tflops``), and a trace with no
-    step markers, analysed whole."""
-    out = []
-    info = run.rank_info
-    for t in info.values():
-        out += [f"{Path(t.path).name}: {n}" for n in getattr(t, "notes", ())]
-    if run.has_gpu:
-        props = next((t.devices[0] for t in info.values() if t.devices), None)
-        if line := devices.describe(run.manifest.get("device_name"), props):
-            out.append(line)
-    if info and all(t.first_step is None for t in info.values()):
-        out.append(NO_STEP_MARKERS)
-    return out
 
 
 def one_job(run: Run, cands: list[Candidate]) -> list[Candidate]:

@@ -34,7 +34,7 @@ from workbench.pipeline import cache as _cache
 from workbench.analysis.frames import Frame, Params, RankFrames, RankSummary
 from workbench.format.errors import WorkbenchError
 from workbench.load.jobs import Candidate
-from workbench.load.run import Run, assemble, locate, rank_of
+from workbench.load.run import Run, load_run, rank_of
 from workbench.load.trace import Trace, read_trace
 
 # Without --workers, runs whose trace files total less than this are reduced in this process:
@@ -157,28 +157,31 @@ def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None 
     (``dask://host:port``) instead; ``cache``: read and write the run's cache; ``progress(done,
     total, file)`` after each trace; ``peak``: a user's peak (``Params.peak``).
     """
-    run, files = locate(path)
-    params = Params.of_manifest(run.manifest, peak)
+    def read(run: Run, files: list[Path]) -> list[Candidate]:
+        """The located run's files reduced (or taken from its cache), each to its rank's summary."""
+        params = Params.of_manifest(run.manifest, peak)
 
-    def compute() -> list[RankSummary]:
-        address = parse_executor(executor)
-        n = workers
-        if n is None:  # a pool costs ~0.5 s to start: worth it on big runs only
-            n = default_workers() if sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES else 1
-        it = _map_dask(files, params, frames, address) if address else _map_local(files, params, frames, n)
-        got: dict[Path, RankSummary] = {}
-        for i, (f, s) in enumerate(it):
-            got[f] = s
-            if progress:
-                progress(i + 1, len(files), f)
-        return [got[f] for f in files]
+        def compute() -> list[RankSummary]:
+            address = parse_executor(executor)
+            n = workers
+            if n is None:  # a pool costs ~0.5 s to start: worth it on big runs only
+                n = default_workers() if sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES else 1
+            it = _map_dask(files, params, frames, address) if address else _map_local(files, params, frames, n)
+            got: dict[Path, RankSummary] = {}
+            for i, (f, s) in enumerate(it):
+                got[f] = s
+                if progress:
+                    progress(i + 1, len(files), f)
+            return [got[f] for f in files]
 
-    # a run without traces (a job that failed before one was written) is cached too: its verdict is the failure
-    summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache)
-    if hit and progress:
-        progress(len(files), len(files), files[-1])
-    run.params = params
-    return assemble(run, [Candidate(s.rank, s) for s in summaries], Path(path))
+        # a run without traces (a job that failed before one was written) is cached too: its verdict is the failure
+        summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache)
+        if hit and progress:
+            progress(len(files), len(files), files[-1])
+        run.params = params
+        return [Candidate(s.rank, s) for s in summaries]
+
+    return load_run(path, read=read)
 
 
 __all__ = ["PARALLEL_MIN_BYTES", "default_workers", "load_reduced", "parse_executor", "reduce_trace", "summarize"]

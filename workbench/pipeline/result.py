@@ -44,7 +44,7 @@ The document (``json_schema`` = :data:`JSON_SCHEMA`)::
           (absent where step_ms is the recorded steps'); trace_step_ms the profiled steps' own
           mean; capture_overhead_ratio = trace_step_ms / step_ms (summary.capture_overhead);
           tokens_per_s = the script's own tokens per job step (record_metrics) / step_ms, else the
-          inferred model's tokens per step / the job's step (analysis.throughput)
+          inferred model's tokens per step / the job's step (analysis.job)
       "collectives": [{"rank", "op", "dtype", "bytes", "group_size", "pg_name", "calls",
                        "calls_per_step", "bytes_per_step", "total_ms"}],
       "clock": {rank: {"offset_us", "source"}},

@@ -18,7 +18,7 @@ import pandas as pd
 from workbench.pipeline import bounds
 from workbench.analysis import frames
 from workbench.analysis.frames import MOE_TIME
-from workbench.analysis.job import capture_cost, correction_note, job_words
+from workbench.analysis.job import capture_cost, correction_note, job_words, tokens_per_s
 from workbench.analysis.kernel_classes import Efficiency as RankEfficiency
 from workbench.analysis.experts import expert_load_json
 from workbench.analysis.memory import GIB
@@ -26,12 +26,12 @@ from workbench.analysis.model_run import run_model
 from workbench.analysis.trainer_run import apply_trainer
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import CATEGORIES
-from workbench.analysis.throughput import step_set, steps_words, tokens_per_s
 from workbench.diagnose import Context, Diagnosis
 from workbench.diagnose.memory import memory_summaries
 from workbench.format.jsonout import dumps  # strict JSON: no NaN/Infinity
 from workbench.load import Run, completeness
 from workbench.format.overhead import capture_overhead
+from workbench.format.steady import step_set, steps_words
 from workbench.pipeline.mfu import efficiency_json, model_tokens_per_s
 from workbench.pipeline.result import Efficiency, Finding, Metrics, ModelInfo, Result, RunInfo, Summary
 
@@ -55,7 +55,7 @@ class Analysis:
     """The breakdown of the recorded steps themselves (``breakdown`` is set against the job's
     step: analysis.job); the Timeline and "profiled steps" figures read this one."""
     job: pd.DataFrame | None = None
-    """analysis.job.job_steps: each rank's job step (the mean of its unprofiled steps)."""
+    """Each rank's job step (the mean of its unprofiled steady steps: workbench.format.steady.steady_summary)."""
     withheld: list[dict] = field(default_factory=list)
     """Findings set aside because their evidence is past a physical bound (pipeline.bounds)."""
     windows: list[dict] | None = None

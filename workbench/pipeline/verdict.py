@@ -15,7 +15,7 @@ import pandas as pd
 from workbench.pipeline import bounds, long_run, reduce
 from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
-from workbench.analysis.job import correct_breakdown, device_bound_job, job_steps
+from workbench.analysis.job import JOB_MIN_STEPS, against_job
 from workbench.analysis.failure import run_failure
 from workbench.analysis.experts import ROUTED_EXPERTS, not_recorded_note
 from workbench.analysis.memory_categories import rank_categories, run_categories
@@ -23,6 +23,7 @@ from workbench.analysis.model import value
 from workbench.analysis.steps import BREAKDOWN_COLUMNS, rank_summary
 from workbench.diagnose import READS as RULE_READS, Context, diagnose
 from workbench.format.errors import WorkbenchError
+from workbench.format.steady import iteration_steps, steady_summary, steady_times
 from workbench.load import Run
 from workbench.pipeline.mfu import model_tokens_per_s  # noqa: F401 - callers import it from here
 from workbench.analysis.trainer_run import run_trainer
@@ -50,32 +51,35 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     """
     if isinstance(path, Run):
         run = path
-        params = Params.of_manifest(run.manifest, peak)
-        ranks = {r: RankFrames.of_trace(t, r, params) for r, t in run.traces.items()}
     else:
-        run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress,
-                                  peak=peak)
-        ranks = {r: s.rank_frames(run.params) for r, s in run.summaries.items()}
+        run = reduce.load_reduced(path, READS, workers=workers, cache=cache, executor=executor, progress=progress, peak=peak)
+    # the steps CSVs as workbench.format.steady reads them: the rows that are iterations, each rank's
+    # steady steps and their mean, the job's step (the recorded steps are set against it below)
+    steps, step_notes = iteration_steps({r: d.steps for r, d in run.ranks.items()}, run.manifest)
+    warmup = (run.manifest.get("schedule") or {}).get("warmup")
+    job = steady_summary(steps, min_steps=JOB_MIN_STEPS, warmup=warmup)
+    steady = steady_times(steps, warmup)
     failure = run_failure(run.manifest)
     hang = long_run.hang_json(run)
-    if not ranks and failure is None and hang is None:
+    if not run.rank_info and failure is None and hang is None:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
-    if not ranks:  # the job failed before a trace was written: the verdict is the failure, from what the run holds
+    if not run.rank_info:  # the job failed before a trace was written: the verdict is the failure, from what the run holds
         run.warnings.append("no trace: the job failed before the profiler wrote one; the verdict is read from the "
                             "manifest, the ranks' status, steps, samples and memory records")
+    run.warnings.extend(step_notes)
+    # each rank's frames: its summary's (reduced in workers), or computed here from its trace as the rules ask
+    params = run.params or Params.of_manifest(run.manifest, peak)
+    ranks = {r: s.rank_frames(params) for r, s in run.summaries.items()} or \
+        {r: RankFrames.of_trace(t, r, params) for r, t in run.traces.items()}
     ranks = dict(sorted(ranks.items()))
     parts = [b for b in (rf.summary(frames.BREAKDOWN) for rf in ranks.values()) if len(b)]
     recorded = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     config = run.manifest.get("config")
-    steps = iteration_steps({r: d.steps for r, d in run.ranks.items()}, run.manifest, run.warnings)
-    warmup = (run.manifest.get("schedule") or {}).get("warmup")
-    # the recorded steps against the job's step (the unprofiled steps of the steps CSVs)
-    job = job_steps(steps, warmup)
     gpu = any(rf.has_gpu for rf in ranks.values())
-    if gpu:  # a host-timed job step shorter than the GPU's work: the host ran ahead
-        job, notes = device_bound_job(job, recorded, steps, warmup)
-        run.warnings.extend(notes)
-    breakdown = correct_breakdown(recorded, job, gpu)
+    # the recorded steps against the job's step (on GPU traces, a host-timed job step shorter than the
+    # GPU's work is the host running ahead: the job's step is then the GPU's pace)
+    job, breakdown, notes = against_job(recorded, job, steady, gpu)
+    run.warnings.extend(notes)
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
@@ -93,38 +97,6 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
         if note := not_recorded_note(evidence, value(a.model_json(), "experts")):
             run.warnings.append(note)
     return a
-
-
-def iteration_steps(steps: dict, manifest: dict, warnings: list[str]) -> dict:
-    """The steps CSVs' rows that are iterations: where ``--steps-from auto`` began with time windows
-    and iterations replaced them (the ranks' ``steps_from_switched``), the windows' rows are dropped;
-    where the run's steps stayed time windows, a warning says so loudly."""
-    ranks = manifest.get("ranks") if isinstance(manifest.get("ranks"), dict) else {}
-    out = dict(steps)
-    for key, info in ranks.items():
-        sw = info.get("steps_from_switched") if isinstance(info, dict) else None
-        if not isinstance(sw, list) or not sw:
-            continue
-        last = sw[-1]
-        try:
-            r, at = int(info.get("rank", key)), int(last.get("step"))
-        except (TypeError, ValueError, AttributeError):
-            continue
-        df = out.get(r)
-        if df is not None and "step" in df and str(last.get("from", "")).startswith("time:"):
-            out[r] = df[pd.to_numeric(df["step"], errors="coerce") > at].reset_index(drop=True)
-            if r == min(int(i.get("rank", k)) for k, i in ranks.items() if isinstance(i, dict) and "rank" in i):
-                warnings.append(f"steps were {last['from']} time windows until step {at}, when iterations appeared "
-                                f"({last.get('to')}): the windows' rows are left out, the profiled window was restarted "
-                                "on iterations")
-    if str(manifest.get("steps_from") or "").startswith("time:"):
-        warnings.append(TIME_WINDOWS)
-    return out
-
-
-TIME_WINDOWS = ("STEPS ARE TIME WINDOWS, NOT ITERATIONS: no optimizer step or backward came before auto's deadline "
-                "(--steps-from auto), so each 'step' is a fixed span of time; step time, tokens per step, tokens/s and "
-                "MFU are not the job's (pass --steps-from optimizer, backward or annotation:NAME)")
 
 
 def memory_by_category(run: Run, steps: dict, ctx: Context, failure: dict | None) -> dict | None:

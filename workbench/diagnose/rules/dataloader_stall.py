@@ -30,7 +30,7 @@ speed-up ≤ step_ms / (step_ms − dataloader_ms).
 from __future__ import annotations
 
 from workbench.analysis.job import job_step_set, job_words
-from workbench.analysis.throughput import step_set, steps_label, steps_words
+from workbench.format.steady import step_set, steps_label, steps_words
 from workbench.diagnose.base import Context, Diagnosis, severity_for
 from workbench.diagnose.registry import rule
 from workbench.diagnose import trainer as tr
