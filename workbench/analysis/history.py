@@ -232,3 +232,22 @@ def series(histories: dict[int, pd.DataFrame]) -> pd.DataFrame:
             d[c] = pd.to_numeric(d[c], errors="coerce")
         parts.append(d.assign(rank=r))
     return pd.concat(parts, ignore_index=True).sort_values(["rank", "first_step"]) if parts else pd.DataFrame()
+
+
+def history_json(histories: dict[int, pd.DataFrame], manifest: dict) -> dict[str, Any] | None:
+    """The ``history`` block of ``workbench analyze``: :func:`summarise` of the ranks' histories
+    (``history_rank{r}.csv``), and the capture's cost as the ranks measured it (their status in
+    ``manifest``); None for a run without history."""
+    out = summarise(histories)
+    if out is None:
+        return None
+    ranks = manifest.get("ranks") if isinstance(manifest.get("ranks"), dict) else {}
+    costs = [info["history"].get("cost_us_per_step") for info in ranks.values()
+             if isinstance(info, dict) and isinstance(info.get("history"), dict)]
+    costs = [c for c in costs if isinstance(c, (int, float))]
+    cost = max(costs) if costs else None
+    median = out["step_ms"]["median"]
+    out["cost"] = {"us_per_step": cost, "pct_of_step": round(cost / 1e3 / median * 100.0, 4) if cost and median else None,
+                   "source": "the ranks' own measure of the history's work per step (status_rank{r}.json), the "
+                             "largest; benchmarks/history_cost.py measures it against the job run without capture"}
+    return out

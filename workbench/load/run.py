@@ -24,7 +24,7 @@ from workbench.format import contract
 
 from workbench.hardware import devices
 
-from workbench.format import discover
+from workbench.format import discover, windows
 from workbench.format import manifest as manifest_file
 from workbench.format.kineto import RANK_FILE, trace_files
 from workbench.format.errors import TraceError, WorkbenchError
@@ -68,6 +68,9 @@ class Run:
     params: Any = None
     """The workbench.analysis.frames.Params the ranks' frames were computed with (set by
     ``workbench.pipeline.reduce.load_reduced``, once per run); None for a run of full traces."""
+    windows: dict[str, dict[int, dict]] = field(default_factory=dict)
+    """The windows opened while the job ran (``windows/<id>/``, oldest first): id → each rank's record
+    of it (workbench.format.windows.records)."""
 
     @property
     def name(self) -> str:
@@ -311,6 +314,10 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
         line = error.splitlines()[0] if error else ""
         line = line if len(line) <= 240 else line[:239] + "…"
         run.warnings.append(f"the run failed: {line or 'exit code ' + str(manifest.get('exit_code'))}")
+    root = path / contract.WINDOWS
+    if not path.is_file() and root.is_dir():
+        run.windows = {d.name: windows.records(path, d.name)
+                       for d in sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: (len(d.name), d.name))}
     return run
 
 

@@ -1,34 +1,13 @@
-"""What a long run holds beside its launch window: the whole run's step history and its change points
-(workbench.analysis.history), the windows opened while it ran, the JSON blocks ``workbench analyze``
-adds for them."""
+"""What a long run holds beside its launch window: the windows opened while it ran, the JSON block
+``workbench analyze`` adds for them (its step history is workbench.analysis.history's)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
-from workbench.analysis.history import summarise
-from workbench.format.windows import records
 from workbench.format import contract
 from workbench.load import Run
-
-
-def history_json(run: Run) -> dict[str, Any] | None:
-    """The ``history`` block: the steps' summary, the change points and what came with each, and the
-    capture's cost as the ranks measured it (their status); None for a run without history."""
-    out = summarise({r: d.history for r, d in run.ranks.items() if d.history is not None})
-    if out is None:
-        return None
-    ranks = run.manifest.get("ranks") if isinstance(run.manifest.get("ranks"), dict) else {}
-    costs = [info["history"].get("cost_us_per_step") for info in ranks.values()
-             if isinstance(info, dict) and isinstance(info.get("history"), dict)]
-    costs = [c for c in costs if isinstance(c, (int, float))]
-    cost = max(costs) if costs else None
-    median = out["step_ms"]["median"]
-    out["cost"] = {"us_per_step": cost, "pct_of_step": round(cost / 1e3 / median * 100.0, 4) if cost and median else None,
-                   "source": "the ranks' own measure of the history's work per step (status_rank{r}.json), the "
-                             "largest; benchmarks/history_cost.py measures it against the job run without capture"}
-    return out
 
 
 def _launch_ranks(recorded) -> dict[str, dict[str, int]]:
@@ -53,15 +32,13 @@ def windows_json(run: Run, recorded, analyze: Callable[[Path], Any]) -> list[dic
     analysed (``analyze(path)`` → workbench.pipeline.verdict.Analysis) and set against the launch window
     (the recorded steps' mean time per category, both). None for a run that has neither a step history
     nor an opened window (a run from before windows existed, a bare trace directory)."""
-    root = Path(run.path) / contract.WINDOWS
-    dirs = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: (len(d.name), d.name)) if root.is_dir() else []
-    if not dirs and not any(d.history is not None for d in run.ranks.values()):
+    if not run.windows and not any(d.history is not None for d in run.ranks.values()):
         return None
     launch = _means(recorded)
     out = [{"id": "launch", "trigger": "launch", "path": ".", "ranks": _launch_ranks(recorded),
             "status": "recorded" if launch else "none"}]
-    for d in dirs:
-        recs = records(run.path, d.name)
+    for wid, recs in run.windows.items():
+        d = Path(run.path) / contract.WINDOWS / wid
         first = next(iter(recs.values()), {})
         w: dict[str, Any] = {"id": d.name, "trigger": first.get("trigger"), "path": f"{contract.WINDOWS}/{d.name}",
                              "requested_unix_s": first.get("requested_unix_s"), "by": first.get("by"),

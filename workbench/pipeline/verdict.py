@@ -17,6 +17,7 @@ from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import JOB_MIN_STEPS, against_job
 from workbench.analysis.failure import run_failure
+from workbench.analysis.history import history_json
 from workbench.analysis.experts import ROUTED_EXPERTS, not_recorded_note
 from workbench.analysis.memory_categories import rank_categories, run_categories
 from workbench.analysis.model import value
@@ -84,14 +85,15 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
         if len(recorded) else {}
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
     trainer = run_trainer(run.trainer, {r: rf.summary(frames.TRAINER_TRACE) for r, rf in ranks.items()})
+    history = history_json({r: d.history for r, d in run.ranks.items() if d.history is not None}, run.manifest)
+    windows = long_run.windows_json(run, recorded, analyze_run)  # each opened window analysed as a run of its own
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
-                  experts=experts, history=long_run.history_json(run), hang=hang, trainer=trainer)
+                  experts=experts, history=history, hang=hang, trainer=trainer)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
-                 context=ctx, trace_breakdown=recorded, job=job, withheld=withheld)
-    a.windows = long_run.windows_json(run, recorded, analyze_run)
+                 context=ctx, trace_breakdown=recorded, job=job, withheld=withheld, windows=windows)
     if not experts:  # an MoE run without its expert load says so (analysis.experts)
         evidence = {r: ctx.frame(ROUTED_EXPERTS, r) for r in ranks}
         if note := not_recorded_note(evidence, value(a.model_json(), "experts")):
