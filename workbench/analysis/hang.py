@@ -22,7 +22,10 @@ Pure functions over dicts: no torch, no files.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from workbench.load import Run
 
 PENDING = ("entered", "scheduled", "started", "raised")
 """States of a collective that did not return (the capture's ring; the Flight Recorder's ``state``)."""
@@ -127,4 +130,49 @@ def diagnose_hang(ranks: dict[int, dict[str, Any]], world: list[int]) -> dict[st
         out["kind"] = "not_finished"
     else:
         out["kind"] = "unknown"
+    return out
+
+
+def _step_of(history) -> Callable[[float], int | None]:
+    """unix seconds → the step that was running then on a rank (its history's rows), else None."""
+    if history is None or len(history) == 0:
+        return lambda t: None
+    import numpy as np
+
+    starts = history["start_unix_s"].to_numpy(dtype=float)
+    firsts = history["first_step"].to_numpy(dtype=int)
+    lasts = history["last_step"].to_numpy(dtype=int)
+
+    def step_of(t: float) -> int | None:
+        i = int(np.searchsorted(starts, t, side="right")) - 1
+        if i < 0:
+            return None
+        return int(lasts[i]) + 1 if i == len(starts) - 1 and t > float(history["end_unix_s"].iloc[-1]) else int(firsts[i])
+    return step_of
+
+
+def hang_json(run: Run) -> dict[str, Any] | None:
+    """The ``hang`` block: which collective the job hung in and why (:func:`diagnose_hang`), from the
+    ranks' hang records, collective rings and Flight Recorder dumps (``run.hangs``, read with the run);
+    None for a run that did not hang."""
+    docs, rings, nccl = run.hangs.get("hang", {}), run.hangs.get("collectives", {}), run.hangs.get("nccl", {})
+    if not docs and not nccl:
+        return None
+    m = run.manifest
+    world = sorted({*docs, *rings, *nccl, *(int(k) for k in (m.get("ranks") or {}) if str(k).isdigit())})
+    reported = {int(k) for k, v in (m.get("ranks") or {}).items() if str(k).isdigit() and isinstance(v, dict) and "exit_code" in v}
+    ranks = {}
+    for r in world:
+        d = docs.get(r) or {}
+        hist = run.ranks[r].history if r in run.ranks else None
+        fr = d.get("flight_recorder") or nccl.get(r)
+        ranks[r] = {"collectives": d.get("collectives") or rings.get(r) or [],
+                    "flight_recorder": from_flight_recorder(fr, _step_of(hist)), "stacks": d.get("stacks"),
+                    "kind": d.get("kind") or ("nccl_watchdog" if r in nccl else None), "why": d.get("why"),
+                    "step": d.get("step"), "died": r not in docs and r not in reported}
+    out = diagnose_hang(ranks, world)
+    if out is None:
+        return None
+    out["timeout_s"] = next((d.get("timeout_s") for d in docs.values() if d.get("timeout_s")), None)
+    out["records"] = {str(r): {"kind": d.get("kind"), "why": d.get("why"), "idle_s": d.get("idle_s")} for r, d in docs.items()}
     return out

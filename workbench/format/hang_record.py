@@ -17,6 +17,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from workbench.format import contract
+
 FR_KEEP = ("record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name",
            "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state", "retired", "time_created_ns",
            "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms", "is_p2p")
@@ -96,3 +98,17 @@ def read_hang(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def read_all(run_dir: Path) -> dict[str, dict[int, Any]]:
+    """What the ranks recorded when the job hung, under ``run_dir``: ``hang`` (rank →
+    hang_rank{r}.json, :func:`read_hang`; unreadable ones left out), ``collectives`` (rank → its ring,
+    :func:`read_collectives`), ``nccl`` (rank → its Flight Recorder dump, :func:`read_fr_file`)."""
+    run_dir = Path(run_dir)
+    docs = {int(f.stem[len("hang_rank"):]): read_hang(f) for f in run_dir.glob("hang_rank*.json")
+            if f.stem[len("hang_rank"):].isdigit()}
+    rings = {int(f.name[len("collectives_rank"):-len(".jsonl")]): read_collectives(f)
+             for f in run_dir.glob("collectives_rank*.jsonl") if f.name[len("collectives_rank"):-len(".jsonl")].isdigit()}
+    nccl = {int(f.name[len(contract.NCCL_TRACE_PREFIX):]): read_fr_file(f) for f in run_dir.glob(contract.NCCL_TRACE_PREFIX + "*")
+            if f.name[len(contract.NCCL_TRACE_PREFIX):].isdigit()}
+    return {"hang": {r: d for r, d in docs.items() if d is not None}, "collectives": rings, "nccl": nccl}

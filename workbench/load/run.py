@@ -13,7 +13,6 @@ the same rank, or time) are set aside with a warning: :mod:`workbench.load.jobs`
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -24,11 +23,11 @@ from workbench.format import contract
 
 from workbench.hardware import devices
 
-from workbench.format import discover, windows
+from workbench.format import discover, hang_record, windows
 from workbench.format import manifest as manifest_file
 from workbench.format.kineto import RANK_FILE, trace_files
 from workbench.format.errors import TraceError, WorkbenchError
-from workbench.load import completeness, jobs
+from workbench.load import beside, completeness, jobs
 from workbench.load.jobs import Candidate
 from workbench.load.trace import Trace, read_trace
 
@@ -71,6 +70,10 @@ class Run:
     windows: dict[str, dict[int, dict]] = field(default_factory=dict)
     """The windows opened while the job ran (``windows/<id>/``, oldest first): id → each rank's record
     of it (workbench.format.windows.records)."""
+    hangs: dict[str, dict[int, Any]] = field(default_factory=dict)
+    """What the ranks recorded when the job hung (workbench.format.hang_record): ``hang`` (rank →
+    hang_rank{r}.json), ``collectives`` (rank → its ring of collectives), ``nccl`` (rank → its
+    Flight Recorder dump); empty for a run that did not hang."""
 
     @property
     def name(self) -> str:
@@ -138,35 +141,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest_file.read_manifest(path)
 
 
-def _read_csv(path: Path) -> pd.DataFrame | None:
-    if not path.exists():
-        return None
-    try:
-        df = pd.read_csv(path, on_bad_lines="skip")  # a crash can leave a half-written last row
-    except pd.errors.EmptyDataError:
-        return None
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise TraceError(path, f"unreadable CSV ({e})") from None
-    return df
-
-
-MAX_SMALL_JSON_BYTES = 1 << 20
-"""memory_rank{r}.json is a few hundred bytes; anything over 1 MiB is not what the capture wrote."""
-
-
-def _read_small_json(path: Path) -> tuple[dict | None, str | None]:
-    """A small JSON object the capture wrote beside the traces, or (None, a one-line warning)."""
-    import json
-
-    try:
-        if path.stat().st_size > MAX_SMALL_JSON_BYTES:
-            return None, f"{path.name}: over {MAX_SMALL_JSON_BYTES >> 20} MiB, not what the capture writes; ignored"
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        return None, f"{path.name}: unreadable ({type(e).__name__}); ignored"
-    if not isinstance(doc, dict):
-        return None, f"{path.name}: not a JSON object; ignored"
-    return doc, None
 MAX_RANKS = 1024
 """Trace files one analysis takes (a rank each, a few profiler cycles of one rank at most): ~0.08 s
 per small rank on this 2-core machine (1,000 ranks in 82 s; 10,000 ran past 300 s), more with
@@ -270,40 +244,12 @@ def rank_of(trace, file: Path) -> int:
 
 
 def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
-    """Add the per-step and NVML CSVs, put the ranks on one clock, note a failed run."""
-    if not path.is_file():
-        for f in sorted(path.glob("steps_rank*.csv")):
-            r = int(re.findall(r"\d+", f.stem)[-1])
-            if wanted is None or r in wanted:
-                run.ranks.setdefault(r, RankData(rank=r, trace=None)).steps = _read_csv(f)
-        for f in sorted(path.glob("nvml_rank*.csv")):
-            r = int(re.findall(r"\d+", f.stem)[-1])
-            if wanted is None or r in wanted:
-                run.ranks.setdefault(r, RankData(rank=r, trace=None)).nvml = _read_csv(f)
-        for f in sorted(path.glob("memory_rank*.json")):
-            r = int(re.findall(r"\d+", f.stem)[-1])
-            if wanted is None or r in wanted:
-                doc, note = _read_small_json(f)
-                run.ranks.setdefault(r, RankData(rank=r, trace=None)).memory = doc
-                if note:
-                    run.warnings.append(note)
-        for f in sorted(path.glob("trainer_rank*.json")):
-            r = int(re.findall(r"\d+", f.stem)[-1])
-            if wanted is None or r in wanted:
-                doc, note = _read_small_json(f)
-                run.ranks.setdefault(r, RankData(rank=r, trace=None)).trainer = doc
-                if note:
-                    run.warnings.append(note)
-        for f in sorted(path.glob("experts_rank*.csv")):
-            r = int(re.findall(r"\d+", f.stem)[-1])
-            if (wanted is None or r in wanted) and (df := _read_csv(f)) is not None:
-                if missing := [c for c in contract.EXPERT_COLUMNS if c not in df.columns]:
-                    raise TraceError(f, f"not an expert-load file: no column {', '.join(missing)}")
-                run.ranks.setdefault(r, RankData(rank=r, trace=None)).experts = df
-        for f in sorted(path.glob("history_rank*.csv")):
-            r = int(re.findall(r"\d+", f.stem)[-1])
-            if (wanted is None or r in wanted) and (df := _read_csv(f)) is not None and "step_ms" in df:
-                run.ranks.setdefault(r, RankData(rank=r, trace=None)).history = df
+    """Add the per-rank files beside the traces (:mod:`workbench.load.beside`), put the ranks on one
+    clock, say what the reader must know (:func:`workbench.load.completeness.notes`), note a failed
+    run, and read the records of windows opened on the job and of a hang."""
+    if not path.is_file():  # the per-rank files the capture wrote beside the traces
+        for r, name, value in beside.rank_files(path, wanted, run.warnings):
+            setattr(run.ranks.setdefault(r, RankData(rank=r, trace=None)), name, value)
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
     # how the traces were read, and with all the ranks asked for, whether that is the whole job on one kind of device
@@ -314,10 +260,12 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
         line = error.splitlines()[0] if error else ""
         line = line if len(line) <= 240 else line[:239] + "…"
         run.warnings.append(f"the run failed: {line or 'exit code ' + str(manifest.get('exit_code'))}")
-    root = path / contract.WINDOWS
-    if not path.is_file() and root.is_dir():
-        run.windows = {d.name: windows.records(path, d.name)
-                       for d in sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: (len(d.name), d.name))}
+    if not path.is_file():  # what the capture wrote when windows opened on the job or it hung
+        root = path / contract.WINDOWS
+        if root.is_dir():
+            run.windows = {d.name: windows.records(path, d.name)
+                           for d in sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: (len(d.name), d.name))}
+        run.hangs = hang_record.read_all(path)
     return run
 
 

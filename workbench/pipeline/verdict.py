@@ -17,6 +17,7 @@ from workbench.analysis import frames
 from workbench.analysis.frames import Params, RankFrames, unique
 from workbench.analysis.job import JOB_MIN_STEPS, against_job
 from workbench.analysis.failure import run_failure
+from workbench.analysis.hang import hang_json
 from workbench.analysis.history import history_json
 from workbench.analysis.experts import ROUTED_EXPERTS, not_recorded_note
 from workbench.analysis.memory_categories import rank_categories, run_categories
@@ -61,7 +62,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     job = steady_summary(steps, min_steps=JOB_MIN_STEPS, warmup=warmup)
     steady = steady_times(steps, warmup)
     failure = run_failure(run.manifest)
-    hang = long_run.hang_json(run)
+    hang = hang_json(run)
     if not run.rank_info and failure is None and hang is None:
         raise WorkbenchError(f"{run.path}: no trace to analyze (the run wrote no rank*.pt.trace.json.gz; did it reach the profiled steps?)")
     if not run.rank_info:  # the job failed before a trace was written: the verdict is the failure, from what the run holds
@@ -84,8 +85,9 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     waits = {int(r): float(g[["dataloader_ms", "host_ms", "idle_ms"]].sum(axis=1).mean()) for r, g in recorded.groupby("rank")} \
         if len(recorded) else {}
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
-    trainer = run_trainer(run.trainer, {r: rf.summary(frames.TRAINER_TRACE) for r, rf in ranks.items()})
     history = history_json({r: d.history for r, d in run.ranks.items() if d.history is not None}, run.manifest)
+    evidence = {r: rf.summary(frames.TRAINER_TRACE) for r, rf in ranks.items()}  # the trainer seen in the trace
+    trainer = run_trainer(run.trainer, evidence)
     windows = long_run.windows_json(run, recorded, analyze_run)  # each opened window analysed as a run of its own
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
