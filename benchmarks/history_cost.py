@@ -1,6 +1,8 @@
 """What the always-on step history costs, side by side with the job run without it, and how big it grows.
 
-1. The job side by side (``tests/scripts/self_timed.py``, its own timer): alone; under ``workbench
+1. One process, the same small training loop with the history's work at each step end and without it,
+   in alternating blocks of 20 steps (a shared machine's drift touches both alike): the medians' difference.
+   Then the job side by side (``tests/scripts/self_timed.py``, its own timer): alone; under ``workbench
    profile`` with the profiler off and the history on; the same with the history off
    (``WORKBENCH_HISTORY=0``). Variants interleave for ``--rounds`` rounds. The history's cost is the
    difference of the medians of the script's own step times with and without it; the history also
@@ -64,6 +66,50 @@ class _Session:
     handed_over = False
 
 
+def interleaved(steps: int, block: int = 20) -> dict:
+    """One process, one small training loop (tests/scripts/self_timed.py's model): blocks of ``block`` steps
+    with the history's work at each step end and blocks without, alternating, so that a shared machine's
+    drift touches both alike. Each step is timed on the wall clock, its history work included."""
+    import statistics
+
+    import torch
+
+    from workbench.capture.history import StepHistory
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    layers = []
+    for _ in range(24):
+        layers += [torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    x, y = torch.randn(32, 64), torch.randn(32, 1)
+    on, off = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        h, s = StepHistory(Path(tmp), 0), _Session()
+        t_prev = time.perf_counter()
+        for step in range(steps):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            t = time.perf_counter()
+            if (step // block) % 2 == 0:
+                row = {"step": step, "step_ms": f"{(t - t_prev) * 1e3:.3f}", "start_unix_s": f"{time.time():.6f}",
+                       "data_wait_ms": "0.000", "capture_ms": "0.100", "profiled": 0}
+                h.step_ended(s, row)
+                h.row_written(s, row)
+            t_end = time.perf_counter()
+            if step >= 2 * block:  # the first blocks warm up
+                ((on if (step // block) % 2 == 0 else off)).append((t_end - t_prev) * 1e3)
+            t_prev = t_end
+        h.stopped(s, False)
+    m_on, m_off = statistics.median(on), statistics.median(off)
+    return {"steps": steps, "block": block, "median_on_ms": round(m_on, 4), "median_off_ms": round(m_off, 4),
+            "added_us": round((m_on - m_off) * 1e3, 2), "added_pct": round(100 * (m_on / m_off - 1), 3),
+            "own_cpu_us_per_step": round(s.report["history"]["cost_us_per_step"], 2)}
+
+
 def bound(n: int) -> dict:
     """``n`` rows through StepHistory (a 40 % slowdown at n/2), as a run of ``n`` steps writes them."""
     from workbench.capture.history import StepHistory
@@ -100,10 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=300, help="steps per run of the side-by-side job (default 300)")
     p.add_argument("--steps-bound", type=int, default=0, help="rows for the size bound (e.g. 1000000; 0: skip)")
+    p.add_argument("--interleaved-steps", type=int, default=4000, help="steps of the one-process comparison (default 4000)")
     p.add_argument("--json", type=Path)
     p.add_argument("script_args", nargs="*", help="more arguments for tests/scripts/self_timed.py")
     a = p.parse_args(argv)
-    out = {"side_by_side": side_by_side(a.rounds, a.steps, a.script_args)}
+    out = {"interleaved": interleaved(a.interleaved_steps)}
+    i = out["interleaved"]
+    print(f"one process, blocks of {i['block']} steps with and without the history, alternating ({i['steps']} steps): "
+          f"median step {i['median_on_ms']} vs {i['median_off_ms']} ms: {i['added_us']:+} µs, {i['added_pct']:+.3f} %; "
+          f"the history's own CPU {i['own_cpu_us_per_step']} µs per step", flush=True)
+    out["side_by_side"] = side_by_side(a.rounds, a.steps, a.script_args)
     s = out["side_by_side"]
     print(f"median step (the script's own timer): alone {s['median_step_ms']['alone']} ms, capture with history "
           f"{s['median_step_ms']['capture, history on']} ms, without {s['median_step_ms']['capture, history off']} ms")

@@ -97,6 +97,9 @@ class Context:
     trainer: dict | None = None
     """The trainer behind the run (workbench.analysis.trainer_run.run_trainer), or None: a rule phrases
     its fix with ``workbench.trainers.line(trainer name, setting, value)``."""
+    opened_windows: list | None = None
+    """The launch window and those opened while the job ran, each set against the launch window
+    (workbench.pipeline.long_run.windows_json), or None."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)

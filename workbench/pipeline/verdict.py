@@ -91,7 +91,7 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     windows = long_run.windows_json(run, recorded, analyze_run)  # each opened window analysed as a run of its own
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
-                  experts=experts, history=history, hang=hang, trainer=trainer)
+                  experts=experts, history=history, hang=hang, trainer=trainer, opened_windows=windows)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
