@@ -42,6 +42,7 @@ _I = {c: i for i, c in enumerate(COLUMNS)}
 _MEANS = ("step_ms", "data_wait_ms", "cpu_ms", "gpu_step_ms", "capture_ms", "gpu_util_pct", "sm_clock_mhz",
           "gpu_temp_c", "power_w", "cpu_util_pct")
 _SAMPLES = ("gpu_util_pct", "sm_clock_mhz", "gpu_temp_c", "power_w", "throttle_reasons", "cpu_util_pct")
+_NO_SAMPLES = [None] * len(_SAMPLES)
 
 
 def _num(v: Any) -> float | None:
@@ -183,18 +184,23 @@ class StepHistory(Part):
         step = row["step"]
         step_ms, wait, gpu, cap = row["step_ms"], row.get("data_wait_ms"), row.get("gpu_step_ms"), row.get("capture_ms")
         ms = float(step_ms)
-        start = float(row["start_unix_s"])
+        start_text = row["start_unix_s"]
+        start = float(start_text)
+        end = start + ms / 1e3
         cpu = self._cpu.pop(step, None)
         prof = int(row.get("profiled") or 0)
         samples = self.sampler.drain() if self.sampler is not None else None
         began = self.watch.add(step, float(gpu) if gpu else ms)
-        r = [step, step, 1, start, start + ms / 1e3, ms, None, None, _num(wait), cpu, _num(gpu), _num(cap), prof,
-             *((samples.get(c) for c in _SAMPLES) if samples else (None,) * len(_SAMPLES)), began]
-        # the row's own strings where the step row has them: one format per step
-        text = (f"{step},{step},1,{start:.3f},{start + ms / 1e3:.3f},{step_ms},,,{wait or ''},"
-                f"{'' if cpu is None else f'{cpu:.3f}'},{gpu or ''},{cap or ''},{prof},"
-                + (",".join(_cell(samples.get(c)) for c in _SAMPLES) if samples else ",,,,,")
-                + f",{'' if began is None else began}\n")
+        if samples:
+            values = [samples.get(c) for c in _SAMPLES]
+            sampled = ",".join(map(_cell, values))
+        else:
+            values, sampled = _NO_SAMPLES, ",,,,,"
+        r = [step, step, 1, start, end, ms, None, None, float(wait) if wait else None, cpu, float(gpu) if gpu else None,
+             float(cap) if cap else None, prof, *values, began]
+        # the step row's own strings where it has them: one float format per step (the end), one for the CPU time
+        text = (f"{step},{step},1,{start_text},{end:.3f},{step_ms},,,{wait or ''},{'' if cpu is None else round(cpu, 3)},"
+                f"{gpu or ''},{cap or ''},{prof},{sampled},{'' if began is None else began}\n")
         self.rows.append(r)
         self._lines.append(text)
         self._file.write(text)
