@@ -142,3 +142,24 @@ def test_a_request_is_far_enough_ahead_and_says_what_it_cannot_do(tmp_path):
         request(tmp_path, 2, ranks=[3])
     with pytest.raises(ValueError, match="no step history"):
         request(tmp_path / "x", 2) if (tmp_path / "x").mkdir() is None else None
+
+
+@pytest.mark.unit
+def test_asked_before_the_first_step_the_command_waits_for_it(tmp_path, capsys):
+    """A job still starting (CUDA, compile) has no history yet: ``workbench capture`` waits for its first
+    row rather than refusing (on a GPU the first step took 5 s and the command had given up)."""
+    import threading
+
+    from workbench.cli.main import main
+
+    (tmp_path / contract.MANIFEST).write_text(json.dumps({"schema_version": 1, "status": "running"}))
+
+    def first_step():
+        time.sleep(1.0)
+        (tmp_path / "history_rank0.csv").write_text(",".join(contract.HISTORY_COLUMNS) + "\n"
+                                                    + "0,0,1,0,0,5000.0" + "," * (len(contract.HISTORY_COLUMNS) - 6) + "\n")
+
+    threading.Thread(target=first_step).start()
+    assert main(["capture", str(tmp_path), "--steps", "3", "--no-wait"]) == 0
+    err = capsys.readouterr().err
+    assert "waiting for" in err and "first step" in err and "asked for window w1: steps " in err

@@ -181,7 +181,11 @@ def summarise(histories: dict[int, pd.DataFrame]) -> dict[str, Any] | None:
         return None
     raw = {r: df for r, df in histories.items() if df is not None and len(df)}
     last = max(int(pd.to_numeric(df["last_step"], errors="coerce").max()) for df in raw.values())
-    per_rank = {r: rank_changes(df) for r, df in ranks.items()}
+    try:
+        per_rank = {r: rank_changes(df) for r, df in ranks.items()}
+        missing = None
+    except ImportError as e:  # a source checkout without the dependencies installed: the history still shows
+        per_rank, missing = {}, f"change points not searched: {e.name or 'ruptures'} is not installed (pip install ruptures)"
     points: list[dict[str, Any]] = []
     for r, changes in per_rank.items():
         for c in changes:
@@ -218,6 +222,7 @@ def summarise(histories: dict[int, pd.DataFrame]) -> dict[str, Any] | None:
         "capture_ms_per_step": round(float(np.median(cap)), 4) if len(cap) else None,
         "method": METHOD,
         "change_points": points,
+        **({"note": missing} if missing else {}),
     }
 
 

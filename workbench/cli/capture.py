@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from workbench.cli.registry import command, positive_int
@@ -19,6 +20,7 @@ EXAMPLES = """examples:
 """
 
 WAIT_S = 600.0
+FIRST_STEP_S = 300.0  # how long a window asked for before the first step waits for it (CUDA and compile warm-up)
 
 
 def _ranks(text: str) -> list[int]:
@@ -58,6 +60,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
     status = read_manifest(run).get("status")
     if status not in (None, "running"):
         raise WorkbenchError(f"{run}: the job is not running (status {status}); a window opens only on a running job")
+    if args.at is None and not last_rows(run):  # asked before the job's first step (its start can take minutes)
+        print(f"workbench: waiting for {run}'s first step (up to {FIRST_STEP_S:g} s)…", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + FIRST_STEP_S
+        while not last_rows(run) and time.monotonic() < deadline:
+            time.sleep(0.5)
     try:
         req = request(run, args.steps, ranks=args.ranks, at=args.at)
     except ValueError as e:
