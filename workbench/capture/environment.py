@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from workbench.format.atomic import write_atomic
+
 
 def dist_env() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from torchrun's variables, else SLURM's, else a local rank
@@ -55,9 +57,7 @@ def environment_info(rank: int, world_size: int, local_rank: int) -> dict[str, A
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2, default=str))
 
 
 def process_group_place() -> tuple[int | None, int | None] | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from workbench import trainers
 from workbench.capture.parts import Part, register_part
 from workbench.format import contract
+from workbench.format.atomic import write_atomic
 
 MAX_CONFIG_CHARS = 16 << 10
 MAX_GC_OBJECTS = 5_000_000
@@ -140,10 +140,8 @@ class TrainerRecord(Part):
             return
         self.written = True
         doc["rank"] = self.rank
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(doc, indent=2, default=str))
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(doc, indent=2, default=str))
         except OSError as e:
             self.error = f"could not write {self.path.name}: {e.strerror or e}"
 
