@@ -5,15 +5,20 @@ ended it) split into:
 
 - ``weights``, ``gradients``, ``optimizer``: **measured** by the capture at the first optimizer step
   (``memory_rank{r}.json``: the bytes of the tensors the optimizer's parameter groups and state hold,
-  workbench.capture.memory), else **inferred** from the model the trace shows (its trainable
-  parameters × 4 bytes, fp32 as torch.optim keeps them, and the optimizer's state per parameter:
-  :data:`OPTIMIZER_STATE_BYTES`);
+  workbench.capture.memory), else at the model's first forward (``launch_rank{r}.json``: the live
+  parameters, and the gradients and optimizer state that existed then — none, before a first step:
+  a job that fails in its first forward still has its weights), else **inferred** from the model the
+  trace shows (its trainable parameters × 4 bytes, fp32 as torch.optim keeps them, and the
+  optimizer's state per parameter: :data:`OPTIMIZER_STATE_BYTES`);
 - ``activations``: the allocator's peak allocated bytes less the three model states — what a step
-  allocates on top of them: saved activations and the temporaries alive at the peak;
+  allocates on top of them: saved activations and the temporaries alive at the peak; **unknown**
+  (null) when a model state is;
 - ``other``: reserved but not allocated (the caching allocator's free blocks: its cache and
   fragmentation).
 
-The five add up to the peak reserved bytes. On CPU there is no caching allocator, and a GPU trace
+Every category says its ``kind`` (:data:`KINDS`: measured, inferred, unknown) and its ``source``;
+an unknown is null, never folded into another category. The known ones add up to the peak
+reserved bytes. On CPU there is no caching allocator, and a GPU trace
 without steps CSVs or memory records has no peak: the model states are measured (or inferred) and
 activations and other are not measured (null, and ``note`` says so).
 Where the model states exceed the allocated peak (the peak came before gradients existed, or a
@@ -70,43 +75,88 @@ def host_states(record: dict | None) -> dict[str, float]:
     return out
 
 
-def _model_states(record: dict | None, model_fields: dict) -> tuple[dict[str, float | None], str, str | None]:
-    """{weights, gradients, optimizer} bytes on the device, their source, and a note (host bytes apart)."""
+KINDS = ("measured", "inferred", "unknown")
+"""What each category's figure rests on (``kind``): measured by the capture or the allocator,
+inferred from the model and optimizer, or unknown (``gib`` null: never folded into another)."""
+
+
+def _device_bytes(by_device: dict | None, total: float) -> float:
+    """Of the parameters' bytes, those on an accelerator (a CPU-offloaded copy is not device memory);
+    all of them on a CPU run."""
+    by = {k: float(v) for k, v in (by_device or {}).items() if isinstance(v, (int, float))}
+    acc = sum(v for k, v in by.items() if not k.startswith("cpu"))
+    return acc if acc > 0 else total
+
+
+def _model_states(record: dict | None, model_fields: dict, launch: dict | None = None,
+                  failure: dict | None = None) -> tuple[dict[str, tuple[float | None, str, str]], str | None]:
+    """{weights, gradients, optimizer: (bytes or None, kind, source)} and a note.
+
+    Measured at the first optimizer step (memory_rank{r}.json) where there was one; else at the
+    model's first forward (launch_rank{r}.json: the live parameters, and the gradients and optimizer
+    state that existed then — none before the first step); else inferred from the model the traces
+    show. At an out-of-memory error in a forward after the first step, the gradients are those
+    ``zero_grad`` left: none (``set_to_none``, torch's default), inferred."""
     first = (record or {}).get("first_step") if isinstance(record, dict) else None
+    phase = (failure or {}).get("phase")
+    step = (failure or {}).get("step")
     if isinstance(first, dict) and isinstance(first.get("params_bytes"), (int, float)):
         host = host_states(record)
+        src = f"measured at the first optimizer step ({first.get('optimizer', 'optimizer')}'s parameter groups and state)"
         if host:
-            return ({"weights": float(first["params_bytes"]) - host.get("weights", 0.0),
-                     "gradients": float(first.get("grads_bytes") or 0) - host.get("gradients", 0.0),
-                     "optimizer": float(first.get("optimizer_bytes") or 0) - host.get("optimizer", 0.0)},
-                    f"measured at the first optimizer step ({first.get('optimizer', 'optimizer')}'s parameter groups and "
-                    "state), device memory only: " + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in host.items())
-                    + " in host memory (offloaded)", None)
-        return ({"weights": float(first["params_bytes"]), "gradients": float(first.get("grads_bytes") or 0),
-                 "optimizer": float(first.get("optimizer_bytes") or 0)},
-                f"measured at the first optimizer step ({first.get('optimizer', 'optimizer')}'s parameter groups and state)",
-                None)
+            src += ", device memory only: " + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in host.items()) + \
+                " in host memory (offloaded)"
+        dev = {k: float(first.get(f) or 0) - host.get(k, 0.0)
+               for k, f in (("weights", "params_bytes"), ("gradients", "grads_bytes"), ("optimizer", "optimizer_bytes"))}
+        grads = (dev["gradients"], "measured", src)
+        if failure and phase == "forward" and isinstance(step, int) and step > 0:
+            grads = (0.0, "inferred", "none at a forward after the first step: zero_grad frees them (set_to_none, "
+                                      f"torch's default); {float(first.get('grads_bytes') or 0) / GIB:.2f} GiB at the "
+                                      "first optimizer step")
+        return ({"weights": (dev["weights"], "measured", src), "gradients": grads,
+                 "optimizer": (dev["optimizer"], "measured", src)}, None)
+    model = (launch or {}).get("model") if isinstance(launch, dict) else None
+    if isinstance(model, dict) and isinstance(model.get("params_bytes"), (int, float)):
+        w = _device_bytes(model.get("params_by_device"), float(model["params_bytes"]))
+        src = ("measured at the model's first forward (launch_rank{r}.json: the live parameters, "
+               f"{int(model.get('params_numel') or 0):,} of them, each storage once)")
+        opt = (launch or {}).get("optimizer") or {}
+        state = opt.get("state_bytes")
+        g = float(model.get("grads_bytes") or 0)
+        out = {"weights": (w, "measured", src),
+               "gradients": (g, "measured", "measured at the model's first forward: " +
+                             ("none existed yet" if not g else f"{g / GIB:.2f} GiB held then")),
+               "optimizer": ((float(state), "measured", "measured at the model's first forward: " +
+                              ("no state yet (torch's optimizers make it at their first step)" if not state
+                               else f"{opt.get('class', 'the optimizer')}'s state held then"))
+                             if isinstance(state, (int, float)) else
+                             (None, "unknown", "the optimizer's state was not recorded"))}
+        return out, None
     n = model_fields.get("params_total")
     if not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0:
-        return {"weights": None, "gradients": None, "optimizer": None}, "not measured", None
+        none = (None, "unknown", "not measured, and no model to infer it from")
+        return {"weights": none, "gradients": none, "optimizer": none}, None
     opt = str(model_fields.get("optimizer") or "").lower()
     per = next((b for k, b in OPTIMIZER_STATE_BYTES.items() if k in opt), None)
     note = None if per is not None else "optimizer not inferred: AdamW's 8 bytes per parameter assumed"
     per = 8 if per is None else per
-    return ({"weights": n * PARAM_BYTES, "gradients": n * PARAM_BYTES, "optimizer": n * per},
-            f"inferred: {int(n):,} parameters × {PARAM_BYTES} B (fp32), optimizer {per} B per parameter", note)
+    src = f"inferred: {int(n):,} parameters × {PARAM_BYTES} B (fp32)"
+    return ({"weights": (n * PARAM_BYTES, "inferred", src), "gradients": (n * PARAM_BYTES, "inferred", src),
+             "optimizer": (n * per, "inferred", f"inferred: {int(n):,} parameters × {per} B of optimizer state")}, note)
 
 
 def rank_categories(record: dict | None, steps: pd.DataFrame | None, model_fields: dict | None = None,
-                    oom: dict | None = None) -> dict[str, Any] | None:
+                    oom: dict | None = None, launch: dict | None = None, failure: dict | None = None) -> dict[str, Any] | None:
     """One rank's memory by category (the module docstring), or None when nothing is known.
 
     ``oom``: the figures of the out-of-memory error that ended the rank (workbench.analysis.failure.
     parse_oom, or the capture's allocator record at the failure): the split is then of the memory held
-    at the failure. Keys: ``at`` ("peak" | "out of memory"), ``peak_allocated_gib``,
-    ``peak_reserved_gib``, ``by_category`` ({category: {"gib", "source"}}), ``sum_gib``, ``note``."""
+    at the failure. ``launch``: the rank's launch record (the model at its first forward); ``failure``:
+    the rank's failure entry (its ``phase`` and ``step``). Keys: ``at`` ("peak" | "out of memory"),
+    ``peak_allocated_gib``, ``peak_reserved_gib``, ``by_category`` ({category: {"gib", "bytes", "kind",
+    "source"}}), ``sum_gib``, ``note``."""
     model_fields = model_fields or {}
-    states, states_source, note = _model_states(record, model_fields)
+    states, note = _model_states(record, model_fields, launch, failure if oom or failure else None)
     alloc, reserved = _peaks(steps)
     at, peak_source = "peak", "the allocator's peak (steps_rank{r}.csv max_mem_*_bytes)"
     oom_alloc = (record or {}).get("oom", {}) if isinstance((record or {}).get("oom"), dict) else {}
@@ -118,34 +168,43 @@ def rank_categories(record: dict | None, steps: pd.DataFrame | None, model_field
         alloc = float(oom["allocated_bytes"])
         reserved = float(oom["reserved_bytes"]) if oom.get("reserved_bytes") is not None else None
         at, peak_source = "out of memory", "the out-of-memory error's own figures (PyTorch's message)"
-    if all(v is None for v in states.values()) and alloc is None:
+    if all(v[0] is None for v in states.values()) and alloc is None:
         return None
     cats: dict[str, dict] = {}
     for name in ("weights", "gradients", "optimizer"):
-        cats[name] = {"gib": _gib(states[name]), "bytes": _int(states[name]), "source": states_source}
-    known = sum(v for v in states.values() if v is not None)
+        b, kind, src = states[name]
+        cats[name] = {"gib": _gib(b), "bytes": _int(b), "kind": kind, "source": src}
+    known = [v[0] for v in states.values()]
     if alloc is None:
         # a CPU run has no caching allocator; a GPU trace without steps CSVs or memory records has no peak
         missing = "not measured: no allocator peak in the run (a CPU run, or a trace without memory records)"
-        cats["activations"] = {"gib": None, "bytes": None, "source": missing}
-        cats["other"] = {"gib": None, "bytes": None, "source": missing}
+        cats["activations"] = {"gib": None, "bytes": None, "kind": "unknown", "source": missing}
+        cats["other"] = {"gib": None, "bytes": None, "kind": "unknown", "source": missing}
         note = "; ".join(x for x in (note, "only the model states are known: no allocator peak to split") if x)
+    elif any(b is None for b in known):
+        unknown = [n for n in ("weights", "gradients", "optimizer") if states[n][0] is None]
+        cats["activations"] = {"gib": None, "bytes": None, "kind": "unknown",
+                               "source": f"not split: the {', '.join(unknown)} at this point are unknown"}
+        note = "; ".join(x for x in (note, f"{_gib(alloc)} GiB allocated: activations not split from the unknown "
+                                           f"{', '.join(unknown)}") if x)
     else:
-        act = alloc - known
+        act = alloc - sum(known)
         if act < 0:
-            note = "; ".join(x for x in (note, f"the model states ({known / GIB:.2f} GiB) exceed the allocated peak "
+            note = "; ".join(x for x in (note, f"the model states ({sum(known) / GIB:.2f} GiB) exceed the allocated peak "
                                                  f"({alloc / GIB:.2f} GiB): activations taken as 0") if x)
             act = 0.0
-        cats["activations"] = {"gib": _gib(act), "bytes": _int(act), "source": f"{peak_source}: allocated less the "
-                                                                               "model states (saved activations and temporaries)"}
-        rest = (reserved - alloc) if reserved is not None and reserved >= alloc else 0.0
-        cats["other"] = {"gib": _gib(rest), "bytes": _int(rest),
+        kind = "measured" if all(states[n][1] == "measured" for n in states) else "inferred"
+        cats["activations"] = {"gib": _gib(act), "bytes": _int(act), "kind": kind,
+                               "source": f"{peak_source}: allocated less the model states (saved activations and temporaries)"}
+    if alloc is not None:
+        rest = (reserved - alloc) if reserved is not None and reserved >= alloc else None
+        cats["other"] = {"gib": _gib(rest), "bytes": _int(rest), "kind": "measured" if rest is not None else "unknown",
                          "source": "reserved but not allocated (the allocator's cache and fragmentation)"
-                         if reserved is not None else "not measured"}
+                         if rest is not None else "not measured: no reserved figure"}
     total = sum(c["bytes"] for c in cats.values() if c["bytes"] is not None) / GIB
     host = host_states(record)
     if host:  # offloaded states live in host memory: beside the device's categories, not in them
-        cats["host"] = {"gib": _gib(sum(host.values())), "bytes": _int(sum(host.values())),
+        cats["host"] = {"gib": _gib(sum(host.values())), "bytes": _int(sum(host.values())), "kind": "measured",
                         "source": "host memory (offloaded): " + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in host.items())}
     return {"at": at, "peak_allocated_gib": _gib(alloc), "peak_reserved_gib": _gib(reserved),
             "by_category": cats, "sum_gib": round(total, 3), "note": note or None}
@@ -169,4 +228,4 @@ def run_categories(per_rank: dict[int, dict | None]) -> dict[str, Any] | None:
     return out
 
 
-__all__ = ["CATEGORIES", "OPTIMIZER_STATE_BYTES", "rank_categories", "run_categories"]
+__all__ = ["CATEGORIES", "KINDS", "OPTIMIZER_STATE_BYTES", "rank_categories", "run_categories"]

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.capture.quiet import muted
 from workbench.format import contract
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
@@ -151,7 +152,7 @@ class ExpertLoad:
         # Inside a region torch.compile traces (torchtitan compiles each block, fullgraph=True) the
         # hooks do nothing: traced, the lookup would guard on each module's id and recompile every
         # block past dynamo's limit, a hard failure of the user's job; compiled experts go uncounted
-        if _compiling() or id(module) in self._named:
+        if _compiling() or id(module) in self._named or muted():  # muted: the capture's own fake-tensor step
             return
         owners: list[str] = []
         for name, m in module.named_modules():

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from workbench.capture.quiet import muted
 from workbench.format import contract
 
 ALLOCATOR_KEYS = ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
@@ -141,7 +142,7 @@ class MemoryRecorder:
 
     def _first_step(self, optimizer, args, kwargs) -> None:
         # Left registered until stop(): removing a global hook while torch iterates its hooks raises.
-        if self.doc["first_step"] is not None:
+        if self.doc["first_step"] is not None or muted():  # muted: the capture's own fake-tensor step
             return
         t = time.perf_counter()
         record = model_state_bytes(optimizer)

@@ -52,7 +52,7 @@ class Part:
 PartFactory = Callable[[CaptureSession], "Part | None"]
 
 PART_MODULES: tuple[str, ...] = ("workbench.capture.history", "workbench.capture.windows", "workbench.capture.hang",
-                                 "workbench.capture.trainer")
+                                 "workbench.capture.trainer", "workbench.capture.model_capture")
 """The modules whose parts every session runs (each registers its factory when imported)."""
 
 PARTS: list[PartFactory] = []

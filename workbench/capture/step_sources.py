@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from workbench.capture.quiet import muted
+
 OnStep = Callable[[], None]
 OnResolved = Callable[[str], None]
 
@@ -47,6 +49,8 @@ class OptimizerSteps(StepSource):
         return super().install()
 
     def _hook(self, optimizer, args, kwargs) -> None:
+        if muted():  # the capture's own fake-tensor step (workbench.capture.quiet)
+            return
         if self.optimizer_id is None:
             self.optimizer_id = id(optimizer)
         elif id(optimizer) != self.optimizer_id:
@@ -79,6 +83,8 @@ class BackwardSteps(StepSource):
 
         @functools.wraps(orig)
         def backward(*args, **kwargs):
+            if muted():  # the capture's own fake-tensor step (workbench.capture.quiet)
+                return orig(*args, **kwargs)
             with source._lock:
                 source._depth += 1
                 outer = source._depth == 1
@@ -134,7 +140,7 @@ class AnnotationSteps(StepSource):
         def enter(orig):
             def wrapped(*args, **kwargs):
                 handle = orig(*args, **kwargs)
-                if (args[0] if args else kwargs.get("name")) == self.name:
+                if (args[0] if args else kwargs.get("name")) == self.name and not muted():
                     self._open[id(handle)] = handle  # kept alive so its id is not reused before exit
                 return handle
             return wrapped

@@ -124,7 +124,8 @@ def print_analysis(result, con=None) -> None:
         elif gain.get("protects"):
             con.print(line("         protects: {}", gain["protects"]))
         for alt in (d.alternatives or ())[:ALTERNATIVES_SHOWN]:
-            con.print(line("         planner: {}", alternative_line(alt)))
+            who = "measured" if str(alt.get("source", "")).startswith("fake") else "planner"
+            con.print(line(f"         {who}: {{}}", alternative_line(alt)))
         if d.alternatives == ():
             con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
                       "or nothing beats the run by 3 %)")

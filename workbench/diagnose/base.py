@@ -94,6 +94,9 @@ class Context:
     """The whole run's step history and its change points (workbench.analysis.history.summarise), or None."""
     hang: dict | None = None
     """Which collective the job hung in and why (workbench.analysis.hang.diagnose_hang), or None."""
+    launch: dict = field(default_factory=dict)
+    """rank → launch_rank{r}.json (workbench.capture.launch: the model from the live objects), for the
+    ranks that wrote one: the model's first evidence (workbench.analysis.model.launch.overlay)."""
     trainer: dict | None = None
     """The trainer behind the run (workbench.analysis.trainer_run.run_trainer), or None: a rule phrases
     its fix with ``workbench.trainers.line(trainer name, setting, value)``."""
@@ -137,9 +140,10 @@ class Context:
     def model(self) -> dict:
         """The model behind the run (analysis.model.run_model over the ranks' ``model`` frames: the
         run's ``--json`` model block); a rule that reads it declares ``frames.MODEL``."""
+        from workbench.analysis.model.launch import overlay
         from workbench.analysis.model_run import run_model
 
-        return run_model({r: self.frame(frames.MODEL, r) for r in self.ranks}, self.world_size)
+        return overlay(run_model({r: self.frame(frames.MODEL, r) for r in self.ranks}, self.world_size), self.launch)
 
     def rank_has_gpu(self, rank: int) -> bool:
         """The rank's trace holds GPU events (kernels, copies)."""

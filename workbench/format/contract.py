@@ -30,6 +30,13 @@ A run directory ``traces/<run>/`` holds::
                                 stacks and its last collectives (its own record, the Flight Recorder's)
     collectives_rank{r}.jsonl   the capture's ring of rank r's last collectives (--hang-timeout)
     nccl_trace_rank_{r}         NCCL's Flight Recorder dump, written by its watchdog on a timeout
+    launch_rank{r}.json         the model at launch, from the live objects: parameters (names, shapes,
+                                dtypes, devices, tied), inputs, recomputation, compile, placements,
+                                optimizer (workbench.capture.launch); written at the model's first
+                                forward, before any trace exists
+    fake_step_rank{r}.json      the job's step measured under FakeTensorMode for its layout and the
+                                alternatives: memory by category, FLOPs and bytes by op class
+                                (workbench.capture.fake_runner); optional
 
 Everything is written incrementally (CSV rows flushed as they come, traces renamed into place
 when complete), so a crash loses at most the step in flight. A bare directory of
@@ -68,6 +75,12 @@ STATUS_HUNG = "hung"
 HANG_EXIT_CODE = 124
 """``workbench profile``'s exit code for a hung job (as timeout(1) exits when its command timed out)."""
 TRAINER = "trainer_rank{rank}.json"
+LAUNCH = "launch_rank{rank}.json"
+FAKE_STEP = "fake_step_rank{rank}.json"
+LAUNCH_SCHEMA_VERSION = 1
+"""launch_rank{r}.json's own ``schema_version`` (workbench.capture.launch); a reader takes what it knows."""
+FAKE_STEP_SCHEMA_VERSION = 1
+"""fake_step_rank{r}.json's own ``schema_version`` (workbench.capture.fake_runner)."""
 
 # Columns of steps_rank{r}.csv, in order. Times in milliseconds, memory in bytes; empty = unknown.
 STEP_COLUMNS = (
@@ -224,3 +237,11 @@ def collectives_name(rank: int) -> str:
 
 def trainer_name(rank: int) -> str:
     return TRAINER.format(rank=rank)
+
+
+def launch_name(rank: int) -> str:
+    return LAUNCH.format(rank=rank)
+
+
+def fake_step_name(rank: int) -> str:
+    return FAKE_STEP.format(rank=rank)

@@ -8,7 +8,8 @@ reads them. Which are traces:
 - ``*.pt.trace.json[.gz]`` (workbench's and ``tensorboard_trace_handler``'s names) always are:
   reading them words their errors (an empty or truncated file is an error, not a skip);
 - the run directory's own files (``manifest.json``, ``env_rank{r}.json``, ``status_rank{r}.json``,
-  ``memory_rank{r}.json``, ``window_request.json``, ``window_rank{r}.json``, ``hang_rank{r}.json``)
+  ``memory_rank{r}.json``, ``window_request.json``, ``window_rank{r}.json``, ``hang_rank{r}.json``,
+  ``launch_rank{r}.json``, ``fake_step_rank{r}.json``)
   never are;
 - any other ``*.json[.gz]`` is a trace when the first MiB of its text is a JSON object with a
   top-level ``traceEvents`` key, or a top-level array of Chrome trace events (``"ph"``); anything
@@ -40,7 +41,9 @@ RUN_FILES = ((re.compile(r"^manifest\.json$"), "the run's manifest"),
              (re.compile(r"^memory_rank\d+\.json$"), "a rank's memory record"),
              (re.compile(r"^window_request\.json$"), "a request for a window"),
              (re.compile(r"^window_rank\d+\.json$"), "a rank's window record"),
-             (re.compile(r"^hang_rank\d+\.json$"), "a rank's hang record"))
+             (re.compile(r"^hang_rank\d+\.json$"), "a rank's hang record"),
+             (re.compile(r"^launch_rank\d+\.json$"), "a rank's launch record"),
+             (re.compile(r"^fake_step_rank\d+\.json$"), "a rank's fake-tensor step"))
 SNIFF_BYTES = 1 << 20  # Kineto writes its header (devices, distributedInfo) first: a few KB
 MAX_NAMED = 4  # files named per list in the one-line note
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')

@@ -1,5 +1,6 @@
 """The per-rank files the capture writes beside the traces: the steps, NVML, expert-load and
-history CSVs, the memory and trainer records (workbench.format.contract names each).
+history CSVs, the memory, trainer and launch records and the fake-tensor step (workbench.format.contract
+names each).
 
 Missing files are fine; a CSV cut short by a crash keeps its whole rows; a record that is not what
 the capture writes is left out with a one-line warning.
@@ -44,6 +45,14 @@ def rank_files(path: Path, wanted: set[int] | None, warnings: list[str]) -> list
                 out.append((r, "trainer", doc))
                 if note:
                     warnings.append(note)
+        for pattern, field in (("launch_rank*.json", "launch"), ("fake_step_rank*.json", "fake_step")):
+            for f in sorted(path.glob(pattern)):
+                r = int(re.findall(r"\d+", f.stem)[-1])
+                if wanted is None or r in wanted:
+                    doc, note = _read_small_json(f, MAX_RECORD_JSON_BYTES)
+                    out.append((r, field, doc))
+                    if note:
+                        warnings.append(note)
         for f in sorted(path.glob("experts_rank*.csv")):
             r = int(re.findall(r"\d+", f.stem)[-1])
             if (wanted is None or r in wanted) and (df := _read_csv(f)) is not None:
@@ -73,13 +82,17 @@ MAX_SMALL_JSON_BYTES = 1 << 20
 """memory_rank{r}.json is a few hundred bytes; anything over 1 MiB is not what the capture wrote."""
 
 
-def _read_small_json(path: Path) -> tuple[dict | None, str | None]:
+MAX_RECORD_JSON_BYTES = 16 << 20
+"""launch_rank{r}.json holds a row per parameter tensor (bounded by the capture: ~2 MiB at its cap)."""
+
+
+def _read_small_json(path: Path, limit: int = MAX_SMALL_JSON_BYTES) -> tuple[dict | None, str | None]:
     """A small JSON object the capture wrote beside the traces, or (None, a one-line warning)."""
     import json
 
     try:
-        if path.stat().st_size > MAX_SMALL_JSON_BYTES:
-            return None, f"{path.name}: over {MAX_SMALL_JSON_BYTES >> 20} MiB, not what the capture writes; ignored"
+        if path.stat().st_size > limit:
+            return None, f"{path.name}: over {limit >> 20} MiB, not what the capture writes; ignored"
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         return None, f"{path.name}: unreadable ({type(e).__name__}); ignored"

@@ -43,6 +43,10 @@ class RankData:
     memory: dict | None = None
     """memory_rank{r}.json (workbench.capture.memory: parameters, gradients and optimizer state at
     the first optimizer step, the allocator at an out-of-memory error), or None."""
+    launch: dict | None = None
+    """launch_rank{r}.json (workbench.capture.launch: the model at launch, from the live objects), or None."""
+    fake_step: dict | None = None
+    """fake_step_rank{r}.json (workbench.capture.fake_runner: the step measured under FakeTensorMode), or None."""
     trainer: dict | None = None
     """trainer_rank{r}.json (workbench.capture.trainer: the trainer recognised in the process and its
     settings), or None (optional: older runs, bare traces)."""

@@ -145,6 +145,10 @@ def _result_key(path: Path | str) -> tuple[Path, dict] | None:
     # windows opened while the job ran, and what the ranks recorded when it hung
     key["windows"] = [stat_key(f) for f in sorted(path.glob("windows/*/*"))] if path.is_dir() else []
     key["hang"] = [stat_key(f) for f in sorted(path.glob("hang_rank*.json"))] if path.is_dir() else []
+    records = [f for pattern in ("launch_rank*.json", "fake_step_rank*.json") for f in sorted(path.glob(pattern))] \
+        if path.is_dir() else []
+    if records:  # the launch record and the fake-tensor step (a key of runs without them is unchanged)
+        key["records"] = [stat_key(f) for f in records]
     key["target"] = path.name
     return run_path, json.loads(json.dumps(key))
 

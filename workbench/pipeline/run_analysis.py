@@ -23,6 +23,7 @@ from workbench.analysis.kernel_classes import Efficiency as RankEfficiency
 from workbench.analysis.experts import expert_load_json
 from workbench.analysis.memory import GIB
 from workbench.analysis.model_run import run_model
+from workbench.analysis.model.launch import overlay
 from workbench.analysis.trainer_run import apply_trainer
 from workbench.analysis.skew import rank_skew
 from workbench.analysis.steps import CATEGORIES
@@ -137,7 +138,9 @@ class Analysis:
         """The ``model`` JSON key: the model inferred from the traces (analysis.model_run.run_model)."""
         if self._model is None:
             ranks = self.per_rank_frames(frames.MODEL)
-            self._model = apply_trainer(run_model(ranks, self.run.world_size), self.context.trainer if self.context else None)
+            # the launch record first (the live objects), the traces where it says nothing
+            launched = overlay(run_model(ranks, self.run.world_size), {r: d.launch for r, d in self.run.ranks.items()})
+            self._model = apply_trainer(launched, self.context.trainer if self.context else None)
             if self._model.get("expert_load") and self.expert_load_json():
                 # the trace cannot hold tokens per expert, but this run's capture recorded them
                 self._model["expert_load"] = "recorded by the capture in the profiled steps (the expert_load key)"

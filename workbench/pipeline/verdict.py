@@ -91,7 +91,8 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     windows = long_run.windows_json(run, recorded, analyze_run)  # each opened window analysed as a run of its own
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
-                  experts=experts, history=history, hang=hang, trainer=trainer, opened_windows=windows)
+                  experts=experts, history=history, hang=hang, trainer=trainer, opened_windows=windows,
+                  launch={r: d.launch for r, d in run.ranks.items() if d.launch})
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
@@ -107,11 +108,12 @@ def memory_by_category(run: Run, steps: dict, ctx: Context, failure: dict | None
     """The run's ``memory`` block (workbench.analysis.memory_categories): each rank's measured model
     states (memory_rank{r}.json) or the inferred model's, split against its allocator peak, or the
     memory held at its out-of-memory error."""
-    model = {k: v.get("value") for k, v in ((ctx.model() if ctx.ranks else {}) or {}).get("fields", {}).items()
+    model = {k: v.get("value") for k, v in ((ctx.model() if ctx.ranks or ctx.launch else {}) or {}).get("fields", {}).items()
              if isinstance(v, dict)}
     ooms = {e["rank"]: e.get("oom") for e in (failure or {}).get("ranks", []) if e.get("kind") == "out_of_memory"}
+    entries = {e["rank"]: e for e in (failure or {}).get("ranks", []) if e.get("kind") == "out_of_memory"}
     per_rank = {}
     for r, d in run.ranks.items():
-        per_rank[r] = rank_categories(d.memory, steps.get(r), model, ooms.get(r))
+        per_rank[r] = rank_categories(d.memory, steps.get(r), model, ooms.get(r), launch=d.launch, failure=entries.get(r))
     return run_categories(per_rank)
 

@@ -1,5 +1,6 @@
 """The run as every command, the app and the report show it: :func:`workbench.pipeline.analyze`
-with the planner's answers to its findings (workbench.calibration.alternatives.ALTERNATIVES).
+with the planner's answers to its findings, the job's own model measured first for memory findings
+(workbench.calibration.fake_alternatives.ALTERNATIVES).
 
 One call, so that ``workbench analyze``, ``compare``, ``report``, ``profile``'s verdict and the app
 cannot drift apart: they read the same typed result from the same caches.
@@ -14,7 +15,7 @@ from workbench.pipeline import AnalysedRun, Options, Progress, analyze
 
 def shown(path: Path | str, options: Options | None = None, progress: Progress | None = None) -> AnalysedRun:
     """The run at ``path`` analysed, the planner's alternatives on the findings a plan answers."""
-    from workbench.calibration.alternatives import ALTERNATIVES
+    from workbench.calibration.fake_alternatives import ALTERNATIVES
 
     return analyze(path, options, progress=progress, extras=(ALTERNATIVES,))
 
@@ -23,8 +24,13 @@ def alternative_line(a: dict) -> str:
     """One alternative of ``--json``'s ``diagnoses[].alternatives`` in words (workbench.calibration.alternatives.Alternative)."""
     tight = " - too tight" if a.get("tight") else ""
     per = " per GPU" if a.get("gpus", 1) != 1 else ""
-    return (f"{a['change']}: {a['memory_gib']:.1f} GiB of {a['capacity_gib']:.1f} ({a['headroom_pct']:.0f} % free{tight}), "
-            f"{a['step_ms']:,.0f} ms per step ({a['speedup']:.2f}x{per})")
+    g = a["memory_gib"]
+    mem = (f"{g:.{1 if g >= 10 else 2}f} GiB" + (f" of {a['capacity_gib']:.1f} ({a['headroom_pct']:.0f} % free{tight})"
+                                               if a.get("capacity_gib") else ""))
+    step = "" if a.get("step_ms") is None else f", {a['step_ms']:,.0f} ms per step" + (
+        f" ({a['speedup']:.2f}x{per})" if a.get("speedup") else "")
+    said = f"{a['change']}: {mem}{step}" + (" (the job's own model, measured)" if a.get("source", "").startswith("fake") else "")
+    return said + (f" — {a['line']}" if a.get("line") else "")
 
 
 __all__ = ["alternative_line", "shown"]
