@@ -130,6 +130,7 @@ def measured_alternatives(result: Result, run) -> dict[str, Any] | None:
                "capacity_gib": None if not capacity else round(capacity / GIB, 2),
                "headroom_pct": None if not capacity else round(100 * (1 - mem / capacity), 1),
                "speedup": None, "tight": False, "source": SOURCE,
+               "line": _line((launch or {}).get("trainer"), job_rc, job_mb, rc, mb, part),
                "basis": _basis(m, rl, eff_words, scale, offset, failure)}
         if why:
             alt["rejected"] = why
@@ -172,6 +173,24 @@ def _excluded(failure, job_rc: str, job_mb: int, rc: str, mb: int, mem: float, j
         if mem >= float(job["peak_bytes"]):
             return "predicted at the failed layout's peak or more"
     return None
+
+
+TRAINER_RECOMPUTE = {"none": "none", "selective-op": "selective", "full": "full"}
+"""The fake step's recomputation modes in the trainers' settings (workbench.trainers.SETTINGS)."""
+
+
+def _line(trainer: str | None, job_rc: str, job_mb: int, rc: str, mb: int, part: int) -> str:
+    """The line(s) that set the alternative in the job's trainer (workbench.trainers), or plain PyTorch's."""
+    from workbench import trainers
+
+    out = []
+    if rc != job_rc and rc in TRAINER_RECOMPUTE:
+        out.append(trainers.line(trainer, "recompute", TRAINER_RECOMPUTE[rc]))
+    if mb != job_mb:
+        out.append(trainers.line(trainer, "micro_batch", mb))
+        if part > 1:
+            out.append(trainers.line(trainer, "grad_accum", part))
+    return "; ".join(out)
 
 
 def _change(job_rc: str, job_mb: int, rc: str, mb: int, part: int) -> str:

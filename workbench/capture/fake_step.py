@@ -132,6 +132,26 @@ def loss_of(out: Any, vocab: int | None) -> tuple[torch.Tensor, str]:
     return big.float().mean(), f"the mean of the output {list(big.shape)} (no loss and no logits over a known vocabulary)"
 
 
+def _warm(model: nn.Module, opt) -> None:
+    """The optimizer's state, as the job's first step made it (untracked)."""
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _unfused(opt):
+    """``opt`` rebuilt without its fused / foreach kernels, or None when it has neither."""
+    groups = [{**g, "fused": False, "foreach": False} if ("fused" in g or "foreach" in g) else None for g in opt.param_groups]
+    if any(g is None for g in groups):
+        return None
+    try:
+        return type(opt)(groups)
+    except Exception:
+        return None
+
+
 def _autocast(autocast: dict | None, device: str):
     if not autocast:
         return nullcontext()
@@ -189,11 +209,15 @@ def measure_fake(fm: nn.Module, mode, optimizer, memo: dict, inputs: Any, *, rec
         opt, note = fake_optimizer(optimizer, fm, memo)
         if note and optimizer is not None:
             notes.append(note)
-        for p in fm.parameters():
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-        opt.step()  # the optimizer's state, as the job's first step made it (untracked)
-        opt.zero_grad(set_to_none=True)
+        try:
+            _warm(fm, opt)
+        except Exception as e:  # a fused or foreach kernel the fake mode cannot run: the plain loop stands in
+            opt = _unfused(opt)
+            if opt is None:
+                raise
+            notes.append(f"the job's optimizer step could not run under fake tensors ({type(e).__name__}): its "
+                         "per-parameter loop stands in (the same state, more temporaries)")
+            _warm(fm, opt)
         args = fake_layouts.shrink(args_spec, batch, part)
         kwargs = fake_layouts.shrink(kwargs_spec, batch, part)
         mt = _tracker()

@@ -185,6 +185,7 @@ class LaunchRecorder:
         self.doc.update(model=desc, inputs={"args": describe_value(list(args)), "kwargs": describe_value(kwargs or {})},
                         autocast=autocast_state(), grad_enabled=torch.is_grad_enabled(),
                         recompute={**launch_recompute.mode(self._static, None, desc["blocks"]), "static": self._static})
+        self.doc.update(_trainer())
         opt = self._optimizer_of(model)
         if opt is not None:
             self.optimizer_ref = weakref.ref(opt)
@@ -286,6 +287,39 @@ def _end_hook(ref):
             except Exception as e:
                 rec._note(f"the launch record could not finish the first forward ({type(e).__name__}: {e})")
     return hook
+
+
+def _trainer(depth: int = 64) -> dict[str, Any]:
+    """The trainer running the job (workbench.trainers), from the modules imported and the live
+    objects on the stack of the model's first forward (each frame's ``self``, its classes' names),
+    and the settings its live object holds."""
+    import sys
+
+    from workbench import trainers
+
+    objs, classes = [], []
+    f = sys._getframe(1)
+    for _ in range(depth):
+        if f is None:
+            break
+        obj = f.f_locals.get("self")
+        if obj is not None and not isinstance(obj, (nn.Module, torch.Tensor)):
+            objs.append(obj)
+            classes += [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__[:6]]
+        f = f.f_back
+    found = trainers.detect_process(list(sys.modules), classes)
+    out: dict[str, Any] = {"trainer": found[0] if found else None, "trainers": found}
+    t = trainers.get(found[0]) if found else None
+    if t is not None:
+        for obj in objs:
+            if any(f"{c.__module__}.{c.__qualname__}" in t.classes for c in type(obj).__mro__):
+                try:
+                    out["trainer_settings"] = {k: v for k, v in t.read_config(obj).items()
+                                               if isinstance(v, (bool, int, float, str)) or v is None}
+                except Exception:
+                    pass
+                break
+    return out
 
 
 def _counter(box: list):
