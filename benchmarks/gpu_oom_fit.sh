@@ -3,7 +3,7 @@
 # device half of the out-of-memory check (docs/capture.md "The job's step measured without a GPU").
 #
 #   bash benchmarks/gpu_oom_fit.sh OUT [RUN...]
-#   RUN (default: all five, in this order):
+#   RUN (default: tt_none tt_full hf_oom hf_full tt_selective, in that order; ~9 minutes in all):
 #     tt_none       torchtitan v0.2.2 Qwen3-4B, seq 8192, local batch 1, no recomputation: out of memory
 #                   in its first forward, before any trace (the capture measures its layout and the
 #                   alternatives under FakeTensorMode at the first forward, the job waits)
@@ -28,7 +28,7 @@
 # 60 s left is skipped and said so.
 set -uo pipefail
 OUT=${1:?OUT}; shift
-RUNS=("$@"); [ ${#RUNS[@]} -gt 0 ] || RUNS=(tt_none tt_selective tt_full hf_oom hf_full)
+RUNS=("$@"); [ ${#RUNS[@]} -gt 0 ] || RUNS=(tt_none tt_full hf_oom hf_full tt_selective)
 ROOT=$PWD
 BUDGET_S=${OOM_FIT_BUDGET_S:-530}
 mkdir -p "$OUT" /tmp/oomfit
@@ -94,13 +94,13 @@ EOF
 
 for RUN in "${RUNS[@]}"; do
   case $RUN in
-    tt_none)      run_one "$RUN" 200 auto 110 corpus/torchtitan torchtitan/train.py "${TT[@]}" --training.steps 12 \
+    tt_none)      run_one "$RUN" 200 auto 100 corpus/torchtitan torchtitan/train.py "${TT[@]}" --training.steps 12 \
                     --activation_checkpoint.mode none ;;
-    tt_selective) run_one "$RUN" 200 auto 90 corpus/torchtitan torchtitan/train.py "${TT[@]}" --training.steps 12 \
+    tt_selective) run_one "$RUN" 200 auto 70 corpus/torchtitan torchtitan/train.py "${TT[@]}" --training.steps 12 \
                     --activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op ;;
     tt_full)      run_one "$RUN" 120 off 0 corpus/torchtitan torchtitan/train.py "${TT[@]}" --training.steps 14 \
                     --activation_checkpoint.mode full ;;
-    hf_oom)       run_one "$RUN" 170 auto 100 "$ROOT" benchmarks/hf_trainer_oom.py --steps 12 ;;
+    hf_oom)       run_one "$RUN" 170 auto 80 "$ROOT" benchmarks/hf_trainer_oom.py --steps 12 ;;
     hf_full)      run_one "$RUN" 100 off 0 "$ROOT" benchmarks/hf_trainer_oom.py --steps 14 --gradient-checkpointing ;;
     *) echo "unknown run $RUN" | tee -a "$OUT/summary.txt" ;;
   esac
