@@ -106,6 +106,8 @@ def measured_alternatives(result: Result, run) -> dict[str, Any] | None:
     scale = step_ms / job_rl[0] if step_ms and job_rl and not failure else None
     offset = alloc - job["peak_bytes"] if alloc and not failure else 0.0
     world = run.world_size or 1
+    # the trainer the capture recognised (trainer_rank{r}.json), else the launch record's
+    trainer = (getattr(run, "trainer", None) or {}).get("trainer") or (launch or {}).get("trainer")
     out, rejected = [], []
     for m in rows:
         if m is job:
@@ -130,7 +132,7 @@ def measured_alternatives(result: Result, run) -> dict[str, Any] | None:
                "capacity_gib": None if not capacity else round(capacity / GIB, 2),
                "headroom_pct": None if not capacity else round(100 * (1 - mem / capacity), 1),
                "speedup": None, "tight": False, "source": SOURCE,
-               "line": _line((launch or {}).get("trainer"), job_rc, job_mb, rc, mb, part),
+               "line": _line(trainer, job_rc, job_mb, rc, mb, part),
                "basis": _basis(m, rl, eff_words, scale, offset, failure)}
         if why:
             alt["rejected"] = why
