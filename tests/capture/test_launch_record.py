@@ -89,6 +89,8 @@ def test_torchtitans_checkpointing_is_read_with_what_its_policy_saves(tmp_path, 
         assert "aten.silu.default" in sel["recomputes"] and "aten.mul.Tensor" in sel["recomputes"]
         assert "selective_checkpointing_context_fn" in rc["static"]["context_fn"]
     assert fields(doc)[1]["recompute"]["value"] == ("full" if ac == "full" else "selective")
+    # the planner's word for the mode (plan --from-run plans it): torchtitan's op-level policy is "op"
+    assert fields(doc)[1].get("recompute_mode", {}).get("value") == (None if ac == "full" else "op")
 
 
 def test_a_checkpoint_called_inside_forward_is_seen_in_the_first_forward(tmp_path):
@@ -107,6 +109,7 @@ def test_a_checkpoint_called_inside_forward_is_seen_in_the_first_forward(tmp_pat
     assert rc["static"]["checkpoint_wrappers"] == 0  # no wrapper shows it
     assert (rc["mode"], rc["blocks"], rc["of"], rc["every"]) == ("selective-layer", 2, 4, 2)
     assert rc["dynamic"]["block_ids"] == ["0", "2"]
+    assert fields(doc)[1]["recompute_mode"]["value"] == "layer:2"
 
 
 def test_a_run_with_no_trace_still_has_its_model():
@@ -186,3 +189,4 @@ def test_the_bundled_engines_recomputation(tmp_path, mode, expect):
     assert sum(calls.values()) == model.cfg.n_layer
     assert list(calls) == (["Block"] if mode == "full" else ["_core"])
     assert fields(doc)[1]["recompute"]["value"] == ("full" if mode == "full" else "selective")
+    assert fields(doc)[1].get("recompute_mode", {}).get("value") == (None if mode == "full" else "selective")

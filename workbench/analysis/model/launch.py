@@ -153,11 +153,32 @@ def fields(doc: dict | None) -> tuple[str | None, Candidates]:
         plain = {"selective-op": "selective", "selective-layer": "selective", "partial": "selective"}.get(rec["mode"], rec["mode"])
         f["recompute"] = field(plain, f"{SOURCE}: {rec['mode']}: {rec.get('basis', '')}".rstrip(": "),
                                rec.get("confidence", "high"))
+        mode = _planner_mode(rec)
+        if mode is not None:
+            f["recompute_mode"] = field(mode, f"{SOURCE}: {rec['mode']}: {rec.get('basis', '')}".rstrip(": "),
+                                        rec.get("confidence", "high"))
     opt = (doc.get("optimizer") or {}).get("class")
     if opt:
         f["optimizer"] = field(opt.rsplit(".", 1)[-1].lower(), f"{SOURCE}: the optimizer object ({opt})")
     kind = "transformer" if ("heads" in f or ("vocab" in f and "layers" in f)) else "other"
     return kind, f
+
+
+def _planner_mode(rec: dict) -> str | None:
+    """The recomputation in the planner's words (workbench.plan.recompute, as ``recompute_mode`` of the
+    trace's analysis): ``op`` (a selective policy), ``layer:N`` (every N-th block whole), ``selective``
+    (checkpoints around functions inside the blocks: an attention core), ``hf`` (Hugging Face's gradient
+    checkpointing); None for none and full, which ``recompute`` says."""
+    mode = rec.get("mode")
+    if mode == "selective-op":
+        return "op"
+    if mode == "selective-layer" and isinstance(rec.get("every"), int) and rec["every"] > 1:
+        return f"layer:{rec['every']}"
+    if mode == "partial":
+        return "selective"
+    if mode == "full" and ((rec.get("static") or {}).get("hf_gradient_checkpointing") or {}).get("on"):
+        return "hf"
+    return None
 
 
 def _dtype(doc: dict, model: dict) -> dict | None:
