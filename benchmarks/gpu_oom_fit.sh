@@ -3,7 +3,7 @@
 # device half of the out-of-memory check (docs/capture.md "The job's step measured without a GPU").
 #
 #   bash benchmarks/gpu_oom_fit.sh OUT [RUN...]
-#   RUN (default: tt_none tt_full hf_oom hf_full tt_selective, in that order; ~9 minutes in all):
+#   RUN (default: tt_none tt_full hf_oom hf_full tt_selective, in that order; ~8 minutes in all):
 #     tt_none       torchtitan v0.2.2 Qwen3-4B, seq 8192, local batch 1, no recomputation: out of memory
 #                   in its first forward, before any trace (the capture measures its layout and the
 #                   alternatives under FakeTensorMode at the first forward, the job waits)
@@ -24,25 +24,46 @@
 # $OUT/summary.txt has each run's exit, torchtitan's step lines, the fake-tensor measurements (predicted
 # peak per layout) and the steps' allocator peaks. Then, here:
 #   python -m benchmarks.oom_fit OUT_DIR     # predicted vs measured, the acceptance's ratios
-# The whole script keeps within OOM_FIT_BUDGET_S (default 530 s): a run that would start with less than
-# 60 s left is skipped and said so.
+# The whole script keeps within OOM_FIT_BUDGET_S (default 480 s; a run cut at the budget gets 20 s more to
+# stop, then it is packed: ~8.5 minutes at worst): a run that would start with less than 60 s left is
+# skipped and said so. $OUT holds at most 7 files: env.txt, summary.txt and one pack per run.
 set -uo pipefail
 OUT=${1:?OUT}; shift
 RUNS=("$@"); [ ${#RUNS[@]} -gt 0 ] || RUNS=(tt_none tt_full hf_oom hf_full tt_selective)
 ROOT=$PWD
-BUDGET_S=${OOM_FIT_BUDGET_S:-530}
+BUDGET_S=${OOM_FIT_BUDGET_S:-480}
 mkdir -p "$OUT" /tmp/oomfit
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } > "$OUT/env.txt" 2>&1
 
-if [ -d .whl ] && ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+# The wheels these runs need (.whl may hold others' too): torchtitan's datasets/torchdata/tyro and
+# theirs, workbench's msgspec; .whl/extra's fallbacks only where the image's own package is outside
+# the range datasets 5.2.0 asks for (the image's versions are not all known here)
+WHEELS=(); for w in datasets dill multiprocess torchdata tyro typeguard docstring_parser typing_extensions msgspec; do
+  for f in .whl/$w-[0-9]*.whl; do [ -f "$f" ] && WHEELS+=("$f"); done; done
+if [ ${#WHEELS[@]} -gt 0 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHEELS[@]}" \
     || echo "wheel install failed" | tee -a "$OUT/env.txt"
 fi
+needs() {  # package, op (lt|gt), version: true when the image's package is outside that bound
+  python3 -c "import importlib.metadata as m, sys; from packaging.version import Version as V
+v = V(m.version('$1')); sys.exit(0 if (v < V('$3') if '$2' == 'lt' else v > V('$3')) else 1)" 2>/dev/null
+}
+extra() { echo "installing carried $1 ($2)" | tee -a "$OUT/env.txt"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/extra/$1-*.whl; }
+needs fsspec gt 2026.9.0 && extra fsspec "datasets 5.2.0 pins fsspec<=2026.9.0"
+needs pyarrow lt 24.0.0 && extra datasets "datasets 5.2.0 needs pyarrow>=24: 4.8.5 needs >=21"
 export PYTHONPATH=/tmp/site:$ROOT:$ROOT/corpus/torchtitan
 export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 HF_HOME=/tmp/hf TOKENIZERS_PARALLELISM=false
 export PYTORCH_ALLOC_CONF=expandable_segments:True   # as torchtitan's run_train.sh sets it
-python3 -c "import torch, transformers; print('torch', torch.__version__, torch.version.cuda, 'transformers', transformers.__version__)" \
-  >> "$OUT/env.txt" 2>&1
+python3 - >> "$OUT/env.txt" 2>&1 <<'EOF'
+import importlib.metadata as m, torch
+print("torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda")
+for p in ("transformers", "datasets", "torchdata", "tyro", "fsspec", "pyarrow", "msgspec", "typing_extensions"):
+    try:
+        print(p, m.version(p))
+    except m.PackageNotFoundError:
+        print(p, "MISSING")
+EOF
 
 TT=(--job.config_file torchtitan/models/llama3/train_configs/debug_model.toml --model.name qwen3 --model.flavor 4B
     --training.dataset c4_test --training.dataset_path ../torchtitan_data/c4_synth
