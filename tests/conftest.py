@@ -69,8 +69,10 @@ def misclassified_in_session(config) -> list[str]:
 
 
 def run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run a command, capture its output, fail the test with the output if it hangs."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    """Run a command, capture its output, fail the test with the output if it hangs. Jobs get one
+    intra-op thread unless the environment says otherwise: the test workers share the machine's cores,
+    and OpenMP threads contending on a loaded 2-core machine ran a tiny model's matmuls ~50x slower."""
+    full_env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(cmd, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
