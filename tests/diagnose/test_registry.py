@@ -50,7 +50,7 @@ FIRING = {
     "fp32_matmul": TRACES / "gpu_memory_heavy",
     "unfused_elementwise": TRACES / "recompute_1p3b_b48_full",
     "unfused_optimizer": TRACES / "gpu_memory_heavy",
-    "offload_optimizer_step": DATA / "ds_cpu_zero3_offload",
+    "offload_optimizer_step": TRACES / "trainers_ds_z3_offload_gpu",
     "sharding_nothing": DATA / "ds_cpu_zero3",
     "attention_math": DATA / "eff_gpt_attn_math",
     "layout_conversion": DATA / "eff_conv_nchw_bf16",

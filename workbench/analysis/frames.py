@@ -33,6 +33,7 @@ Frame name → function → columns (see each function's docstring):
 ``step_transient``  analysis.memory.step_transient             STEP_TRANSIENT_COLUMNS
 ``trainer_trace``   analysis.trainer_run.trace_trainers        list of trainer names
 ``optimizer_work``  analysis.optimizer_work.optimizer_work     dict (optimizer_ms, closure_ms …)
+``machinery``       analysis.machinery.machinery               dict (parts: host_ms, idle_ms …)
 ==================  =========================================  ==============================
 """
 
@@ -54,6 +55,7 @@ from workbench.analysis.moe_time import moe_time
 from workbench.analysis.steps import step_breakdown, step_windows
 from workbench.analysis.trainer_run import trace_trainers
 from workbench.analysis.optimizer_work import optimizer_work
+from workbench.analysis.machinery import machinery
 from workbench.load.trace import Trace, read_trace
 
 
@@ -295,6 +297,10 @@ def _optimizer_work(rf: RankFrames) -> dict:
     return optimizer_work(rf.trace, rf[WINDOWS])
 
 
+def _machinery(rf: RankFrames) -> dict:
+    return machinery(rf.trace, rf[WINDOWS])
+
+
 WINDOWS = Frame("windows", _windows)
 BREAKDOWN = Frame("breakdown", _breakdown)
 DEVICE_BUSY = Frame("device_busy", _device_busy)
@@ -309,6 +315,7 @@ GEMM_CALLS = Frame("gemm_calls", _gemm_calls)
 STEP_TRANSIENT = Frame("step_transient", _step_transient)
 TRAINER_TRACE = Frame("trainer_trace", _trainer_trace, returns=list)
 OPTIMIZER_WORK = Frame("optimizer_work", _optimizer_work, returns=dict)
+MACHINERY = Frame("machinery", _machinery, returns=dict)
 
 FRAMES = (WINDOWS, BREAKDOWN, DEVICE_BUSY, COMM_OVERLAP, COLLECTIVE_CALLS, INVENTORY, MEMORY_SUMMARY, EFFICIENCY, MODEL, GEMM_CALLS,
           STEP_TRANSIENT, TRAINER_TRACE)

@@ -16,6 +16,12 @@ ended it) split into:
 - ``other``: reserved but not allocated (the caching allocator's free blocks: its cache and
   fragmentation).
 
+A trainer that keeps model states of its own on the device beside its optimizer's (DeepSpeed: the
+module's parameters in the compute precision, a gradient reduction bucket: workbench.trainers'
+``device_states``) adds them to ``weights`` and ``gradients`` (kind ``inferred``); with the optimizer
+offloaded, what the optimizer holds on the host (fp32 masters, gradients, moments) is ``host``, beside
+the device's categories, never in them.
+
 Every category says its ``kind`` (:data:`KINDS`: measured, inferred, unknown) and its ``source``;
 an unknown is null, never folded into another category. The known ones add up to the peak
 reserved bytes. On CPU there is no caching allocator, and a GPU trace
@@ -60,6 +66,10 @@ def _peaks(steps: pd.DataFrame | None) -> tuple[float | None, float | None]:
     return out[0], out[1]
 
 
+MIN_HOST_BYTES = 1 << 20
+"""Host bytes below this are no offload: torch's AdamW keeps its step counters, scalars, on the CPU."""
+
+
 def host_states(record: dict | None) -> dict[str, float]:
     """{weights, gradients, optimizer} bytes the optimizer held in host memory on a GPU rank
     (offloaded: DeepSpeed's ``offload_optimizer``, FSDP's ``CPUOffloadPolicy``), from the record's
@@ -70,7 +80,7 @@ def host_states(record: dict | None) -> dict[str, float]:
     out = {}
     for name, key in (("weights", "params"), ("gradients", "grads"), ("optimizer", "optimizer")):
         dev = first.get(f"{key}_by_device")
-        if isinstance(dev, dict) and isinstance(dev.get("cpu"), (int, float)) and dev["cpu"] > 0:
+        if isinstance(dev, dict) and isinstance(dev.get("cpu"), (int, float)) and dev["cpu"] >= MIN_HOST_BYTES:
             out[name] = float(dev["cpu"])
     return out
 
@@ -145,18 +155,35 @@ def _model_states(record: dict | None, model_fields: dict, launch: dict | None =
              "optimizer": (n * per, "inferred", f"inferred: {int(n):,} parameters × {per} B of optimizer state")}, note)
 
 
+def _with_trainer(states: dict, extra: dict | None) -> dict:
+    """``states`` with the trainer's own device states (workbench.trainers' ``device_states``) added to
+    weights and gradients, their source said; unchanged where it keeps none apart."""
+    if not isinstance(extra, dict) or not extra.get("source"):
+        return states
+    out = dict(states)
+    for name in ("weights", "gradients"):
+        b, kind, src = states[name]
+        add = float(extra.get(name) or 0)
+        if b is not None and add > 0:
+            out[name] = (b + add, "inferred", f"{src}; {extra['source']}")
+    return out
+
+
 def rank_categories(record: dict | None, steps: pd.DataFrame | None, model_fields: dict | None = None,
-                    oom: dict | None = None, launch: dict | None = None, failure: dict | None = None) -> dict[str, Any] | None:
+                    oom: dict | None = None, launch: dict | None = None, failure: dict | None = None,
+                    trainer_states: dict | None = None) -> dict[str, Any] | None:
     """One rank's memory by category (the module docstring), or None when nothing is known.
 
     ``oom``: the figures of the out-of-memory error that ended the rank (workbench.analysis.failure.
     parse_oom, or the capture's allocator record at the failure): the split is then of the memory held
     at the failure. ``launch``: the rank's launch record (the model at its first forward); ``failure``:
-    the rank's failure entry (its ``phase`` and ``step``). Keys: ``at`` ("peak" | "out of memory"),
+    the rank's failure entry (its ``phase`` and ``step``); ``trainer_states``: the trainer's own device
+    states (module docstring). Keys: ``at`` ("peak" | "out of memory"),
     ``peak_allocated_gib``, ``peak_reserved_gib``, ``by_category`` ({category: {"gib", "bytes", "kind",
     "source"}}), ``sum_gib``, ``note``."""
     model_fields = model_fields or {}
     states, note = _model_states(record, model_fields, launch, failure if oom or failure else None)
+    states = _with_trainer(states, trainer_states)
     alloc, reserved = _peaks(steps)
     at, peak_source = "peak", "the allocator's peak (steps_rank{r}.csv max_mem_*_bytes)"
     oom_alloc = (record or {}).get("oom", {}) if isinstance((record or {}).get("oom"), dict) else {}

@@ -10,7 +10,8 @@ with a GradScaler runs its closure before the step). LBFGS's own work between it
 left to the closure: a bound that never counts the step's work as the optimizer's.
 
 :func:`own_spans` gives the optimizer's own host ranges; :func:`optimizer_work` (the ``optimizer_work``
-frame) their time per step, the closure's, and the GPU work launched from them.
+frame) their time per step (each cut at its step's end: the capture's post hook ends the step inside
+the range), the closure's, and the GPU work launched from them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def own_spans(trace: Trace) -> pd.DataFrame:
     if ev.empty:
         return pd.DataFrame(columns=SPAN_COLUMNS)
     names = ev["name"]
-    host = ~ev["is_gpu"].to_numpy()
+    # the device's copy of a range (gpu_user_annotation, on a stream) spans kernels, not the host's time
+    host = ~ev["is_gpu"].to_numpy() & str_mask(ev["cat"], lambda c: c != kineto.GPU_ANNOTATION)
     opt = str_mask(names, lambda c: c.str.startswith(kineto.OPTIMIZER_STEP)) & host
     if not opt.any():
         return pd.DataFrame(columns=SPAN_COLUMNS)
@@ -63,10 +65,17 @@ def optimizer_work(trace: Trace, windows: pd.DataFrame) -> dict[str, Any]:
     steps = max(len(windows) if windows is not None else 0, 1)
     if spans.empty:
         return {"optimizer_ms": None, "closure_ms": 0.0, "closure": False, "steps": steps, "ranges": 0}
-    if windows is not None and len(windows):  # only the ranges of the profiled steps
-        lo = float(windows["host_start_us"].min() if "host_start_us" in windows else windows["start_us"].min())
-        hi = float(windows["host_end_us"].max() if "host_end_us" in windows else windows["end_us"].max())
-        spans = spans[(spans["ts_us"] >= lo) & (spans["ts_us"] <= hi)]
+    if windows is not None and len(windows):  # only the ranges of the profiled steps, each cut at its step's end
+        lo_col, hi_col = ("host_start_us", "host_end_us") if "host_start_us" in windows else ("start_us", "end_us")
+        w = windows.sort_values(lo_col)
+        lo, hi = w[lo_col].to_numpy(float), w[hi_col].to_numpy(float)
+        spans = spans[(spans["ts_us"] >= lo.min()) & (spans["ts_us"] <= hi.max())]
+        ts = spans["ts_us"].to_numpy(float)
+        i = np.clip(np.searchsorted(lo, ts, side="right") - 1, 0, None)
+        # the capture ends a step inside optimizer.step's post hook: what a range holds past its
+        # step's end is the profiler's own work (the last one's trace export), not the optimizer's
+        end = np.minimum(ts + spans["dur_us"].to_numpy(float), np.maximum(hi[i], ts))
+        spans = spans.assign(dur_us=end - ts)
     return {"optimizer_ms": round(float(spans["dur_us"].sum()) / 1e3 / steps, 4),
             "closure_ms": round(float(spans["closure_us"].sum()) / 1e3 / steps, 4),
             "closure": bool((spans["closure_us"] > 0).any()), "steps": steps, "ranges": int(len(spans))}

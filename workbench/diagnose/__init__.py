@@ -13,6 +13,7 @@ from __future__ import annotations
 from workbench.analysis.frames import unique
 from workbench.diagnose import rules as _rules  # noqa: F401  (registers every rule)
 from workbench.diagnose.base import SEVERITIES, Context, Diagnosis
+from workbench.diagnose.explained import explained
 from workbench.diagnose.registry import registered, rule
 
 __all__ = ["Context", "Diagnosis", "READS", "RULES", "SEVERITIES", "diagnose", "rule"]
@@ -31,14 +32,20 @@ def diagnose(breakdown=None, run_config: dict | None = None, context: Context | 
 
     Every rule runs on every Context and finds nothing where its inputs are absent: on a breakdown
     alone (no ranks' frames, no steps CSVs, no capacity) only the rules of the breakdown can fire
-    (dataloader_stall, straggler_rank).
+    (dataloader_stall, straggler_rank). The residual rules (``residual=True``) run last, on the idle
+    the others' findings do not explain (workbench.diagnose.explained).
     """
     ctx = context or Context(breakdown=breakdown, run_config=run_config)
-    found = []
-    for r in registered():
-        with ctx.reading(r.fn):
-            found.append(r.fn(ctx))
-    found = [d for d in found if d is not None]
+    rules = registered()
+    out: list = [None] * len(rules)
+    for residual in (False, True):
+        if residual:
+            ctx.explained = explained([d for d in out if d is not None])
+        for i, r in enumerate(rules):
+            if r.residual == residual:
+                with ctx.reading(r.fn):
+                    out[i] = r.fn(ctx)
+    found = [d for d in out if d is not None]  # in the rules' order: ties keep it
     # a finding that the job ended (group "failure") comes first, whatever else was found
     failure = {r.id for r in registered() if r.group == "failure"}
     found.sort(key=lambda d: (d.id not in failure, -d.rank_order, -float(d.estimated_gain.get("step_time_saved_pct") or 0)))

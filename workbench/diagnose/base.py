@@ -103,6 +103,9 @@ class Context:
     opened_windows: list | None = None
     """The launch window and those opened while the job ran, each set against the launch window
     (workbench.pipeline.long_run.windows_json), or None."""
+    explained: Any = None
+    """What the findings so far explain of the device's idle (workbench.diagnose.explained.Explained),
+    set before the residual rules run; None before."""
     undeclared: list = field(default_factory=list)
     """(rule, frame name) of frames a rule read without declaring them (see :func:`reads`)."""
     _reading: tuple[str, frozenset[str]] | None = field(default=None, init=False, repr=False)

@@ -59,6 +59,9 @@ class Rule:
     also: tuple[str, ...] = ()
     """Other ids its diagnoses may carry (``low_gpu_utilization`` names itself ``host_bound``
     when small kernels set the pace)."""
+    residual: bool = False
+    """It measures the device's idle that no other finding explains: it runs after the others and
+    reads ``Context.explained`` (workbench.diagnose.explained)."""
 
     @property
     def emits(self) -> tuple[str, ...]:
@@ -74,11 +77,12 @@ _RULES: dict[str, Rule] = {}
 
 
 def rule(id: str, *, reads: tuple[Frame, ...] = (), group: str, summary: str, threshold: str, source: str,
-         also: tuple[str, ...] = ()) -> Callable:
+         also: tuple[str, ...] = (), residual: bool = False) -> Callable:
     """Register the decorated function as rule ``id``: it reads only the frames in ``reads``
     (``ctx.reading`` names any other it reads) and takes the one argument every rule takes, the
-    run's Context. Registering an id again from another function is an error; from the same
-    module and name (a module imported again) replaces the entry in place."""
+    run's Context; ``residual``: it runs after the others, on the idle they do not explain.
+    Registering an id again from another function is an error; from the same module and name (a
+    module imported again) replaces the entry in place."""
     if group not in GROUPS:
         raise ValueError(f"rule {id!r}: group must be one of {tuple(GROUPS)}, got {group!r}")
     for name, text in (("summary", summary), ("threshold", threshold), ("source", source)):
@@ -100,7 +104,7 @@ def rule(id: str, *, reads: tuple[Frame, ...] = (), group: str, summary: str, th
             raise ValueError(f"rule {id!r}: ids {clash} are already emitted by {[taken[e] for e in clash]}")
         declare_reads(*reads)(fn)  # fn.reads: what Context.reading checks
         _RULES[id] = Rule(id=id, fn=fn, reads=tuple(reads), group=group, summary=summary, threshold=threshold,
-                          source=source, also=tuple(also))
+                          source=source, also=tuple(also), residual=residual)
         return fn
     return register
 

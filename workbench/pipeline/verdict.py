@@ -29,6 +29,7 @@ from workbench.format.steady import iteration_steps, steady_summary, steady_time
 from workbench.load import Run
 from workbench.pipeline.mfu import model_tokens_per_s  # noqa: F401 - callers import it from here
 from workbench.analysis.trainer_run import run_trainer
+from workbench import trainers
 from workbench.pipeline.run_analysis import HOST_AHEAD_RATIO, Analysis  # noqa: F401 - callers import them from here
 
 ANALYSIS_READS = (frames.WINDOWS, frames.BREAKDOWN, frames.DEVICE_BUSY, frames.COMM_OVERLAP, frames.MEMORY_SUMMARY,
@@ -112,8 +113,25 @@ def memory_by_category(run: Run, steps: dict, ctx: Context, failure: dict | None
              if isinstance(v, dict)}
     ooms = {e["rank"]: e.get("oom") for e in (failure or {}).get("ranks", []) if e.get("kind") == "out_of_memory"}
     entries = {e["rank"]: e for e in (failure or {}).get("ranks", []) if e.get("kind") == "out_of_memory"}
+    own = trainer_states(ctx.trainer, run.trainer, model)
     per_rank = {}
     for r, d in run.ranks.items():
-        per_rank[r] = rank_categories(d.memory, steps.get(r), model, ooms.get(r), launch=d.launch, failure=entries.get(r))
+        per_rank[r] = rank_categories(d.memory, steps.get(r), model, ooms.get(r), launch=d.launch, failure=entries.get(r),
+                                      trainer_states=own)
     return run_categories(per_rank)
 
+
+def trainer_states(trainer: dict | None, doc: dict | None, model: dict) -> dict | None:
+    """The model states the run's trainer keeps on the device beside its optimizer's
+    (workbench.trainers' ``device_states``: DeepSpeed's module parameters and gradient bucket), with
+    whether its optimizer is offloaded; None where it keeps none apart or the model is not known."""
+    t = trainers.get((trainer or {}).get("name"))
+    n = model.get("params_total")
+    if t is None or not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0:
+        return None
+    settings = (trainer or {}).get("settings") or {}
+    lay = model.get("layout") if isinstance(model.get("layout"), dict) else {}
+    config = (doc or {}).get("config") if isinstance((doc or {}).get("config"), dict) else None
+    out = t.device_states({**settings, "zero_stage": settings.get("zero_stage", lay.get("zero"))}, config, int(n),
+                          int(lay.get("dp") or 1))
+    return {**out, "optimizer_offload": bool(settings.get("optimizer_offload"))} if out else None

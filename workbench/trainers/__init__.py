@@ -32,8 +32,13 @@ The API::
   runs), ``trace_markers`` (event-name regexes only it writes), ``within`` (trainers it runs on top
   of), ``step``, ``optimizer_step``, ``micro_batch`` (in its words), ``step_base`` (0 or 1: how its
   log numbers steps), ``mfu_convention`` (the FLOP convention of the MFU it prints, or None),
-  ``config_names`` (setting → its configuration's name), ``render(setting, value)`` and
-  ``read_config(live_object)`` (settings read off a live object with getattr only).
+  ``config_names`` (setting → its configuration's name), ``sharding_ranges``, ``sharding_fetched``,
+  ``sharding_released`` (event-name regexes of its parameter gathers and releases: whole ranges, and the
+  events that end a module's pre- and post-forward hooks),
+  ``render(setting, value)``, ``read_config(live_object)`` (settings read off a live object with
+  getattr only) and ``device_states(settings, config, params)`` (model states it keeps on the device
+  beside its optimizer's: a working copy of the parameters, gradient buffers).
+- :func:`sharding_ranges()`, :func:`sharding_hooks()`: every trainer's, for a trace whatever ran it.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.trainers.base import (PRECISIONS, RECOMPUTE, SETTINGS, Spec, Trainer, all_trainers, detect_process,
-                                     detect_trace, get, line, names, precision_of, register)
+                                     detect_trace, get, line, names, precision_of, register, sharding_hooks,
+                                     sharding_ranges)
 from workbench.trainers import hf_trainer, lightning, deepspeed, torchtitan, accelerate, engine, plain  # noqa: F401,E402 - they register
 
 SCHEMA = "workbench.trainer/1"
@@ -56,4 +62,5 @@ def settings_of(doc: dict | None) -> dict[str, Any]:
 
 
 __all__ = ["PRECISIONS", "RECOMPUTE", "SCHEMA", "SETTINGS", "Spec", "Trainer", "all_trainers", "detect_process",
-           "detect_trace", "get", "line", "names", "precision_of", "register", "settings_of"]
+           "detect_trace", "get", "line", "names", "precision_of", "register", "settings_of", "sharding_hooks",
+           "sharding_ranges"]

@@ -57,6 +57,22 @@ class Trainer(Protocol):
     """The FLOP convention of the MFU it prints (analysis.model.conventions), or None (prints none)."""
     config_names: Mapping[str, str]
     """Setting (:data:`SETTINGS`) → the name of that setting in its configuration."""
+    sharding_ranges: tuple[str, ...]
+    """Regexes of host ranges that gather or release a sharded layout's parameters (the whole range
+    is that work: FSDP2's ``FSDP::pre_forward``, DeepSpeed's ``PreBackwardFunctionForModuleBackward``)."""
+    sharding_fetched: tuple[str, ...]
+    """Regexes of host events that end a module's pre-forward hook (its parameters gathered; its
+    forward runs next: DeepSpeed ZeRO-3's ``PostBackwardFunctionModule``)."""
+    sharding_released: tuple[str, ...]
+    """Regexes of host events that end a module's post-forward hook (its parameters released:
+    DeepSpeed ZeRO-3's ``PreBackwardFunctionForModule``)."""
+
+    def device_states(self, settings: Mapping[str, Any], config: Mapping[str, Any] | None, params: int,
+                      dp: int) -> dict[str, Any]:
+        """Model states it keeps on the device beside what its optimizer holds (a working copy of the
+        parameters in the compute precision, gradient buffers), from its settings, its own
+        configuration, the parameter count and the data-parallel degree: ``{"weights": bytes,
+        "gradients": bytes, "source": str}``, or {} where it keeps none apart."""
 
     def render(self, setting: str, value: Any) -> str | None:
         """The line that sets ``setting`` to ``value`` in this trainer, or None if it has none."""
@@ -81,14 +97,22 @@ class Spec:
     step_base: int = 0
     mfu_convention: str | None = None
     config_names: Mapping[str, str] = field(default_factory=dict)
+    sharding_ranges: tuple[str, ...] = ()
+    sharding_fetched: tuple[str, ...] = ()
+    sharding_released: tuple[str, ...] = ()
     lines: Callable[[str, Any], str | None] = lambda setting, value: None
     reader: Callable[[Any], dict[str, Any]] = lambda obj: {}
+    states: Callable[[Mapping[str, Any], Mapping[str, Any] | None, int, int], dict[str, Any]] = lambda s, c, n, dp: {}
 
     def render(self, setting: str, value: Any) -> str | None:
         return self.lines(setting, value)
 
     def read_config(self, obj: Any) -> dict[str, Any]:
         return self.reader(obj)
+
+    def device_states(self, settings: Mapping[str, Any], config: Mapping[str, Any] | None, params: int,
+                      dp: int) -> dict[str, Any]:
+        return self.states(settings, config, params, dp)
 
 
 _REGISTRY: dict[str, Trainer] = {}
@@ -150,6 +174,17 @@ def detect_trace(event_names: Iterable[str]) -> list[str]:
     return _outermost(found)
 
 
+def sharding_ranges() -> tuple[str, ...]:
+    """Every registered trainer's :attr:`~Trainer.sharding_ranges` (a trace's names are its own)."""
+    return tuple(p for t in _REGISTRY.values() for p in t.sharding_ranges)
+
+
+def sharding_hooks() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every registered trainer's (:attr:`~Trainer.sharding_fetched`, :attr:`~Trainer.sharding_released`)."""
+    return (tuple(p for t in _REGISTRY.values() for p in t.sharding_fetched),
+            tuple(p for t in _REGISTRY.values() for p in t.sharding_released))
+
+
 def line(trainer: str | Trainer | None, setting: str, value: Any) -> str:
     """The line that sets ``setting`` to ``value`` in ``trainer`` (a name or an entry); a plain
     PyTorch line where the trainer is unknown or has no such setting."""
@@ -178,4 +213,4 @@ def precision_of(value: Any) -> str | None:
 
 
 __all__ = ["PRECISIONS", "RECOMPUTE", "SETTINGS", "Spec", "Trainer", "all_trainers", "detect_process", "detect_trace",
-           "get", "line", "names", "precision_of", "register"]
+           "get", "line", "names", "precision_of", "register", "sharding_hooks", "sharding_ranges"]

@@ -5,7 +5,18 @@ config (``zero_optimization.stage``, ``offload_optimizer``/``offload_param``, ``
 
 In a trace: ZeRO-3 wraps every module in its own autograd functions (``PreBackwardFunctionForModule``,
 ``PostBackwardFunctionModule``; ``LinearFunctionForZeroStage3`` under ``zero.Init``), whose backward
-nodes gather and release parameters — none of it is recomputation.
+nodes gather and release parameters — none of it is recomputation. Its module hooks run the gathers and
+releases in the forward (a module's pre-forward hook fetches its parameters and ends by applying
+``PostBackwardFunctionModule``; its post-forward hook releases them and ends by applying
+``PreBackwardFunctionForModule``: deepspeed/runtime/zero/parameter_offload.py), their backward nodes in
+the backward: what :data:`SHARDING_RANGES`, :data:`FETCHED` and :data:`RELEASED` name for the trace's
+reading.
+
+Beside its optimizer's fp32 partition (what the capture measures), DeepSpeed keeps the module's
+parameters in the compute precision on the device (partitioned at stage 3; on the host with
+``offload_param``) and, at stages 2 and 3 with ``contiguous_gradients`` (on unless set), a gradient
+reduction bucket of ``reduce_bucket_size`` elements (5e8 unless set) in that precision, allocated whole
+(deepspeed/runtime/zero/stage3.py, stage_1_and_2.py): :func:`device_states`.
 """
 
 from __future__ import annotations
@@ -20,6 +31,42 @@ ZERO3_FUNCTIONS = ("PreBackwardFunctionForModule", "PostBackwardFunctionModule",
 """ZeRO-3's autograd functions (deepspeed/runtime/zero/parameter_offload.py, linear.py): their forward
 and backward spans gather, release and reduce; a GEMM inside ``LinearFunctionForZeroStage3Backward``
 is the linear's own backward."""
+
+
+SHARDING_RANGES = (r"^autograd::engine::evaluate_function: (?:PreBackwardFunctionForModule|PostBackwardFunctionModule|"
+                   r"PreBackwardFunction|PostBackwardFunction)Backward$",)
+"""ZeRO-3's backward nodes that fetch a module's parameters before its backward and release them after."""
+FETCHED = (r"^(?:PostBackwardFunctionModule|PostBackwardFunction)$",)
+"""The last thing ZeRO-3's pre-forward hook does, the fetch done: apply ``PostBackwardFunctionModule``
+to the module's inputs."""
+RELEASED = (r"^(?:PreBackwardFunctionForModule|PreBackwardFunction)$",)
+"""The last thing its post-forward hook does, the release done: apply ``PreBackwardFunctionForModule``
+to the module's outputs."""
+BUCKET_ELEMENTS = 500_000_000
+"""``zero_optimization.reduce_bucket_size``'s default (deepspeed/runtime/zero/config.py: 5e8)."""
+BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def device_states(settings: dict, config: dict | None, params: int, dp: int) -> dict[str, Any]:
+    """The module's parameters in the compute precision and the gradient reduction bucket (module
+    docstring), bytes on one device; {} without ZeRO (the engine's module is then the optimizer's)."""
+    stage = settings.get("zero_stage")
+    if not isinstance(stage, int) or stage < 1 or params <= 0:
+        return {}
+    zero = (config or {}).get("zero_optimization") if isinstance((config or {}).get("zero_optimization"), dict) else {}
+    per = BYTES.get(str(settings.get("precision") or "fp32"), 4)
+    shard = max(int(dp or 1), 1) if stage == 3 else 1
+    weights = 0 if settings.get("param_offload") else params * per // shard
+    bucket = zero.get("reduce_bucket_size", BUCKET_ELEMENTS)
+    contiguous = zero.get("contiguous_gradients", True)
+    grads = int(float(bucket)) * per if stage >= 2 and contiguous and isinstance(bucket, (int, float)) else 0
+    parts = [f"the module's parameters in {settings.get('precision') or 'fp32'} ({params:,} × {per} B"
+             + (f" / {shard} ranks" if shard > 1 else "") + ")" if weights else
+             "the module's parameters on the host (offload_param)"]
+    if grads:
+        parts.append(f"a gradient reduction bucket of {int(float(bucket)):,} elements × {per} B (reduce_bucket_size)")
+    return {"weights": weights, "gradients": grads,
+            "source": "DeepSpeed's own, inferred from its configuration: " + "; ".join(parts)}
 
 
 def _cfg(path: str, value: Any) -> str:
@@ -133,4 +180,5 @@ TRAINER = register(Spec(
                   "grad_accum": "gradient_accumulation_steps", "precision": "bf16.enabled / fp16.enabled",
                   "recompute": "activation_checkpointing (with deepspeed.checkpointing.checkpoint in the model)",
                   "fused_optimizer": "optimizer.type"},
-    lines=lines, reader=read))
+    sharding_ranges=SHARDING_RANGES, sharding_fetched=FETCHED, sharding_released=RELEASED,
+    lines=lines, reader=read, states=device_states))

@@ -1,6 +1,9 @@
 """A plain PyTorch loop (no trainer recognised): the lines are PyTorch's own, and every other
 trainer falls back on them for a setting it does not own (a DataLoader's workers in DeepSpeed's
 loop). Steps count from 0, as the steps CSV does.
+
+FSDP2's ranges (``FSDP::pre_forward``, ``FSDP::pre_backward``, ``FSDP::post_backward_reduce`` …, torch's
+own, whatever loop runs it) are a sharded layout's gathers, releases and reductions: :data:`SHARDING_RANGES`.
 """
 
 from __future__ import annotations
@@ -8,6 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.trainers.base import Spec, precision_of, register
+
+SHARDING_RANGES = (r"^FSDP::",)
+"""Everything FSDP2 does around a module (torch/distributed/fsdp/_fully_shard: ``record_function``
+ranges), none of which a layout without sharding runs."""
 
 
 def lines(setting: str, value: Any) -> str | None:
@@ -51,4 +58,4 @@ def lines(setting: str, value: Any) -> str | None:
 TRAINER = register(Spec(
     name="plain", title="a plain PyTorch loop",
     step="one optimizer.step()", optimizer_step="optimizer.step()", micro_batch="one forward and backward",
-    step_base=0, lines=lines))
+    step_base=0, sharding_ranges=SHARDING_RANGES, lines=lines))

@@ -3,10 +3,13 @@
 material share of the step.
 
 Signal: the trainer's configuration says the optimizer is offloaded (``trainer_rank{r}.json``).
-Cost per step = the optimizer's own host time inside ``Optimizer.step`` (analysis.optimizer_work: a
-closure's forward and backward left out) as a share of the recorded step, plus the host↔device
-copies (the breakdown's ``memcpy``) as a share of the job's step. Bands: the efficiency rules'
-(info ≥ 5 %, warning ≥ 10 %, critical ≥ 20 %: xprof's "≥ 5 % moderately, ≥ 20 % highly").
+Cost per step, from the trace's own spans (analysis.machinery), as the job spends them: the
+optimizer's own host time inside ``Optimizer.step`` (a closure's forward and backward left out, each
+range cut at its step's end) and the device's idle during it; the host↔device copies (the breakdown's
+``memcpy``) and the device's idle while the host waits in the ops that issued them. The finding
+explains that idle (workbench.diagnose.explained): ``low_gpu_utilization`` and ``host_sync`` count only
+the rest. Bands: the efficiency rules' (info ≥ 5 %, warning ≥ 10 %, critical ≥ 20 %: xprof's "≥ 5 %
+moderately, ≥ 20 % highly").
 
 Fix, in the trainer's words: no offload where the device has room for the offloaded states (the
 allocator's peak reserved + the host-side states ≤ ``FITS_FRACTION`` of the device's memory);
@@ -18,6 +21,7 @@ from __future__ import annotations
 from workbench.analysis import frames
 from workbench.diagnose.base import Context, Diagnosis, gain, severity_for
 from workbench.diagnose.efficiency import IMPACT_BANDS, IMPACT_LEVELS
+from workbench.diagnose.explained import EXPLAINS, PARTS, machinery_ms
 from workbench.diagnose.registry import rule
 from workbench.diagnose import trainer as tr
 
@@ -27,15 +31,7 @@ memory warning: docs/diagnoses.md's oom_risk)."""
 GIB = float(1 << 30)
 
 
-def _recorded_step_ms(ctx: Context, r: int) -> float | None:
-    w = ctx.frame(frames.WINDOWS, r)
-    if w is None or not len(w):
-        return None
-    lo, hi = ("host_start_us", "host_end_us") if "host_start_us" in w else ("start_us", "end_us")
-    return float((w[hi] - w[lo]).mean()) / 1e3
-
-
-@rule("offload_optimizer_step", reads=(frames.OPTIMIZER_WORK, frames.WINDOWS), group="host",
+@rule("offload_optimizer_step", reads=(frames.MACHINERY,), group="host",
       summary="the optimizer steps on the host (offloaded states): its step and the offload copies, share of step",
       threshold=IMPACT_LEVELS, source="as the efficiency rules (xprof's 5 / 20 %)")
 def offload_optimizer_step(ctx: Context) -> Diagnosis | None:
@@ -44,23 +40,26 @@ def offload_optimizer_step(ctx: Context) -> Diagnosis | None:
         return None
     best = None
     for r in ctx.ranks:
-        work = ctx.frame(frames.OPTIMIZER_WORK, r) or {}
-        rec, step = _recorded_step_ms(ctx, r), ctx.job_step_ms(r)
-        if not work.get("optimizer_ms") or not rec or step <= 0:
+        part = ((ctx.frame(frames.MACHINERY, r) or {}).get("parts") or {}).get("optimizer_host") or {}
+        step = ctx.job_step_ms(r)
+        if not part.get("spans") or step <= 0:
             continue
         rows = ctx.breakdown[ctx.breakdown["rank"] == r]
         copies = float(rows["memcpy_ms"].mean()) if len(rows) and "memcpy_ms" in rows else 0.0
-        opt_pct = 100.0 * work["optimizer_ms"] / rec
-        pct = opt_pct + 100.0 * copies / step
+        opt = machinery_ms(ctx, r, "optimizer_host", idle=False)
+        wait = machinery_ms(ctx, r, "host_copies")  # the device idle while the host waits in the copies' ops
+        idle = machinery_ms(ctx, r, "optimizer_host") + wait
+        saved = idle + copies
+        pct = 100.0 * saved / step
         if best is None or pct > best[0]:
-            best = (pct, r, work, rec, step, copies, opt_pct)
+            best = (pct, r, opt, step, copies, wait, idle, saved)
     if best is None:
         return None
-    pct, r, work, rec, step, copies, opt_pct = best
+    pct, r, opt, step, copies, wait, idle, saved = best
+    opt_pct = 100.0 * opt / step
     severity = severity_for(pct, IMPACT_BANDS)
     if severity is None:
         return None
-    saved = step * pct / 100.0
     mem = ctx.memory_by_category or {}
     host = ((mem.get("by_category") or {}).get("host") or {}).get("bytes")
     reserved = (mem.get("peak_reserved_gib") or 0) * GIB
@@ -73,16 +72,19 @@ def offload_optimizer_step(ctx: Context) -> Diagnosis | None:
         rec_text = f"the states do not fit on the device ({(reserved + host) / GIB:.1f} GiB): a fast CPU optimizer, {cpu}"
     else:
         rec_text = f"where the device has room for the optimizer's states: {off}; otherwise a fast CPU optimizer: {cpu}"
-    evidence = {"optimizer_host_ms_per_step": round(work["optimizer_ms"], 3),
-                "optimizer_pct_of_step": round(opt_pct, 2), "offload_copies_ms_per_step": round(copies, 3),
-                "share_pct": round(pct, 2), "step_ms": round(step, 3), "recorded_step_ms": round(rec, 3),
+    evidence = {"optimizer_host_ms_per_step": round(opt, 3), "optimizer_pct_of_step": round(opt_pct, 2),
+                "offload_copies_ms_per_step": round(copies, 3), "copy_wait_ms_per_step": round(wait, 3),
+                "share_pct": round(pct, 2), "step_ms": round(step, 3),
                 "host_states_gib": round(host / GIB, 3) if host else None, "rank": int(r),
-                "source": "Optimizer.step ranges on the host (a closure's forward and backward left out) against the "
-                          "recorded step; host<->device copies (breakdown memcpy) against the job's step"}
+                EXPLAINS: round(idle, 3), PARTS: ["optimizer_host", "host_copies"],
+                "source": "Optimizer.step ranges on the host (a closure's forward and backward left out, cut at the "
+                          "step's end) and the device idle in them; host<->device copies (breakdown memcpy) and the "
+                          "device idle while the host waits in the ops that issued them (analysis.machinery); the "
+                          "job's step, the profiler's per-event cost taken out"}
     return Diagnosis(
         id="offload_optimizer_step", severity=severity,
-        title=(f"the optimizer steps on the host (offloaded): {work['optimizer_ms']:.1f} ms "
-               f"({opt_pct:.0f}% of the step) + {copies:.1f} ms of copies, {pct:.0f}% in all"),
+        title=(f"the optimizer steps on the host (offloaded): {opt:.1f} ms ({opt_pct:.0f}% of the step) + {copies:.1f} ms "
+               f"of host-device copies and {wait:.1f} ms waiting on them, {pct:.0f}% in all"),
         evidence=evidence, recommendation=rec_text,
-        estimated_gain=gain(step, saved, "step_ms / (step_ms - optimizer host share - copies)"),
+        estimated_gain=gain(step, saved, "step_ms / (step_ms - optimizer idle - copies - waits on them)"),
         fix=["parallel.cpu_offload"], ranks=[int(r)])
