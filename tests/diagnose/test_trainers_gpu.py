@@ -85,6 +85,7 @@ def test_the_offloaded_run_says_its_waits_once(runs):
     assert 0.5 * off["waits_ms"] < explained <= off["waits_ms"]
     # the rest of the device's idle is under low_gpu_utilization's 25 %: no host_bound beside them
     assert not {"low_gpu_utilization", "host_bound"} & set(f)
+    assert "host_sync" not in f  # its syncs' gaps lie in the optimizer's step and the copies' waits
     e = f["offload_optimizer_step"]["evidence"]
     assert set(e["explains_parts"]) == {"optimizer_host", "host_copies"}
     # the optimizer's own host time is the Optimizer.step ranges' (three of 432, 457 and 598 ms, the
