@@ -101,6 +101,16 @@ _CORR_DECODER = msgspec.json.Decoder(_CorrArgs)
 _MEM_DECODER = msgspec.json.Decoder(_MemArgs)
 _SHAPE_DECODER = msgspec.json.Decoder(_ShapeArgs)
 _ARGS_DECODER = msgspec.json.Decoder(dict)
+_GPU_LIST_DECODER = msgspec.json.Decoder(list[_GpuArgs])
+_CORR_LIST_DECODER = msgspec.json.Decoder(list[_CorrArgs])
+_MEM_LIST_DECODER = msgspec.json.Decoder(list[_MemArgs])
+_SHAPE_LIST_DECODER = msgspec.json.Decoder(list[_ShapeArgs])
+_OTHER, _GPU, _LAUNCH, _CPU_OP = 0, 1, 2, 3
+
+
+def _cat_kind(cat: str) -> int:
+    """Which args an event of category ``cat`` has that analysis reads."""
+    return _GPU if cat in kineto.GPU_CATS else _LAUNCH if cat in kineto.LAUNCH_CATS else _CPU_OP if cat == kineto.CPU_OP else _OTHER
 
 COMM_COLUMNS = ["ts_us", "dur_us", "name", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "input_dims", "is_gpu", "tid"]
 MEMORY_COLUMNS = ["ts_us", "allocated_bytes", "reserved_bytes", "device_type"]
@@ -116,9 +126,26 @@ def _args(decoder, raw, default=None):
         return default
 
 
-def _codes(values, table: dict[str, int]) -> list[int]:
-    # setdefault evaluates len(table) before inserting, so a new value gets the next code
-    return [table.setdefault(v, len(table)) for v in values]
+def _decode_all(one, many, raws: list, default) -> list:
+    """Each of ``raws`` (events' ``args``) through the typed decoder ``one``, ``default`` for those
+    that do not fit (as :func:`_args`): all of them in one call of ``many`` (the same type, as a
+    list), event by event only when one of them does not fit (a foreign or damaged trace)."""
+    if not raws:
+        return []
+    try:
+        return many.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.DecodeError, RecursionError):  # one misfit fails the list: find it alone
+        return [_args(one, r, default) for r in raws]
+
+
+def _codes(values: list, table: dict[str, int]) -> list[int]:
+    """Each value's code in ``table``, a new value getting the next code (first-seen order)."""
+    get = table.get
+    codes = [get(v) for v in values]
+    if None in codes:  # new values: coded in the order they come (setdefault evaluates len(table) first)
+        for i in [i for i, c in enumerate(codes) if c is None]:
+            codes[i] = table.setdefault(values[i], len(table))
+    return codes
 
 
 def _newest(table: dict[str, int], n: int) -> list[str]:
@@ -138,6 +165,22 @@ def _categorical(codes: array, table: dict[str, int]) -> pd.Categorical:
                                      categories=pd.Index([labels[i] for i in order]))
 
 
+def _on_streams(tid: pd.Categorical, on_stream: np.ndarray, stream: np.ndarray) -> pd.Categorical:
+    """``tid`` where GPU events (``on_stream``) live on their stream (``stream {s}``), not on the CPU
+    thread id Kineto files them under; the streams' labels follow the threads' (in stream order)."""
+    if not on_stream.any():
+        return tid
+    cats = list(tid.categories)
+    streams = np.unique(stream[on_stream])
+    have = set(cats)
+    all_cats = cats + [f"stream {s}" for s in streams if f"stream {s}" not in have]
+    pos = {c: i for i, c in enumerate(all_cats)}
+    stream_code = np.array([pos[f"stream {s}"] for s in streams], dtype=np.int64)
+    codes = tid.codes.astype(np.int64)
+    codes[on_stream] = stream_code[np.searchsorted(streams, stream[on_stream])]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(all_cats, dtype=tid.categories.dtype))
+
+
 class Columns:
     """Kept columns of the events fed to :meth:`add` in file order (complete events, memory
     samples, collectives, thread names)."""
@@ -155,6 +198,8 @@ class Columns:
         self.corr_row, self.corr_val = array("q"), array("q")
         self.is_comm_name: list[bool] = []  # by name code
         self.is_shape_name: list[bool] = []  # by name code
+        self.cat_kind: list[int] = []  # by category code: _GPU, _LAUNCH, _CPU_OP or _OTHER
+        self.tid_of: dict[int | str, int] = {}  # a raw tid → the code of its text in ``tids``
         self.shape_row: array = array("q")
         self.shape_args: list[_ShapeArgs] = []
         self.comm_rows: list[tuple] = []
@@ -162,59 +207,88 @@ class Columns:
         self.threads: dict[str, str] = {}
 
     def add(self, events: list[_Event]) -> None:
+        """Fold one batch of events (in file order) into the columns. The loops that touch every
+        event are list comprehensions over struct fields; ``args`` are decoded for the few kinds
+        that need them, each kind's in one call (:func:`_decode_all`), never event by event."""
         self.n_events += len(events)
-        complete: list[_Event] = []
-        for e in events:
-            ph = e.ph
-            if ph == kineto.COMPLETE:
-                complete.append(e)
-            elif ph == kineto.INSTANT and e.name == kineto.MEMORY_EVENT:
-                a = _args(_MEM_DECODER, e.args) if e.args else _MemArgs()
-                if a is not None:  # a sample whose sizes are not numbers is no sample (not a 0)
-                    self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
-            elif ph == kineto.METADATA and e.name == kineto.THREAD_NAME and e.args:
-                name = _args(_ARGS_DECODER, e.args, {})
-                self.threads[str(e.tid)] = str(name.get("name", "") if isinstance(name, dict) else "")
+        complete = [e for e in events if e.ph == kineto.COMPLETE]
+        if len(complete) != len(events):
+            self._add_others([e for e in events if e.ph == kineto.INSTANT or e.ph == kineto.METADATA])
         if not complete:
             return
         base = len(self.ts)
         names = _codes([e.name for e in complete], self.names)
         self.name_code.extend(names)
-        self.cat_code.extend(_codes([e.cat for e in complete], self.cats))
-        self.tid_code.extend(_codes([str(e.tid) for e in complete], self.tids))
+        cats = _codes([e.cat for e in complete], self.cats)
+        self.cat_code.extend(cats)
+        self.tid_code.extend(self._tid_codes([e.tid for e in complete]))
         self.ts.extend([e.ts for e in complete])
         self.dur.extend([e.dur for e in complete])
-        for i, e in enumerate(complete):
-            if e.cat in kineto.GPU_CATS and e.args:
-                g = _args(_GPU_DECODER, e.args, _GpuArgs())
-                self.gpu_row.append(base + i)
-                self.gpu_stream.append(g.stream)
-                self.gpu_bytes.append(g.bytes)
-                if g.correlation >= 0:
-                    self.corr_row.append(base + i)
-                    self.corr_val.append(g.correlation)
-            elif e.cat in kineto.LAUNCH_CATS and e.args:
-                c = _args(_CORR_DECODER, e.args, _CorrArgs()).correlation
-                if c >= 0:
-                    self.corr_row.append(base + i)
-                    self.corr_val.append(c)
+        cat_codes = np.array(cats, dtype=np.int64)
+        # GPU events' stream, bytes and correlation; host launches' correlation
+        kinds = self.cat_kind
+        kinds.extend(_cat_kind(c) for c in _newest(self.cats, len(self.cats) - len(kinds)))
+        kind = np.array(kinds, dtype=np.int8)[cat_codes]
+        rows = [i for i in np.flatnonzero(kind == _GPU).tolist() if complete[i].args]
+        if rows:
+            g = _decode_all(_GPU_DECODER, _GPU_LIST_DECODER, [complete[i].args for i in rows], _GpuArgs())
+            self.gpu_row.extend([base + i for i in rows])
+            self.gpu_stream.extend([a.stream for a in g])
+            self.gpu_bytes.extend([a.bytes for a in g])
+            self._correlations(base, rows, [a.correlation for a in g])
+        rows = [i for i in np.flatnonzero(kind == _LAUNCH).tolist() if complete[i].args]
+        if rows:
+            c = _decode_all(_CORR_DECODER, _CORR_LIST_DECODER, [complete[i].args for i in rows], _CorrArgs())
+            self._correlations(base, rows, [a.correlation for a in c])
         # the COMM_NAME regex runs once per distinct name, not once per event
         flags = self.is_comm_name
         flags.extend(bool(kineto.COMM_NAME.match(n)) for n in _newest(self.names, len(self.names) - len(flags)))
-        flags_np = np.array(flags, dtype=bool)
         codes = np.array(names, dtype=np.int64)
-        for i in np.flatnonzero(flags_np[codes]):
+        for i in np.flatnonzero(np.array(flags, dtype=bool)[codes]).tolist():
             self.comm_rows.append(_comm_row(complete[i]))
         shape = self.is_shape_name
         shape.extend(bool(kineto.SHAPE_OP.match(n) or kineto.MODEL_OP.match(n))
                      for n in _newest(self.names, len(self.names) - len(shape)))
-        for i in np.flatnonzero(np.array(shape, dtype=bool)[codes]):
-            e = complete[i]
-            if e.cat == kineto.CPU_OP and e.args:
-                shape_args = _args(_SHAPE_DECODER, e.args)
-                if shape_args is not None:
-                    self.shape_row.append(base + i)
-                    self.shape_args.append(shape_args)
+        ops = [(i, complete[i].args) for i in np.flatnonzero(np.array(shape, dtype=bool)[codes] & (kind == _CPU_OP)).tolist()
+               if complete[i].args]
+        for (i, _), a in zip(ops, _decode_all(_SHAPE_DECODER, _SHAPE_LIST_DECODER, [a for _, a in ops], None)):
+            if a is not None:
+                self.shape_row.append(base + i)
+                self.shape_args.append(a)
+
+    def _correlations(self, base: int, rows: list[int], values: list[int]) -> None:
+        """The correlation ids of events ``base + rows`` that have one (≥ 0)."""
+        v = np.array(values, dtype=np.int64)
+        keep = v >= 0
+        self.corr_row.extend((np.array(rows, dtype=np.int64)[keep] + base).tolist())
+        self.corr_val.extend(v[keep].tolist())
+
+    def _tid_codes(self, tids: list) -> list[int]:
+        """Codes of the events' threads as text (``str(tid)``: a tid may be a number or a string),
+        each distinct raw tid turned into text once."""
+        get = self.tid_of.get
+        codes = [get(t) for t in tids]
+        if None in codes:
+            for i in [i for i, c in enumerate(codes) if c is None]:
+                t = tids[i]
+                if t not in self.tid_of:
+                    self.tid_of[t] = self.tids.setdefault(str(t), len(self.tids))
+                codes[i] = self.tid_of[t]
+        return codes
+
+    def _add_others(self, events: list[_Event]) -> None:
+        """Memory samples and thread names, in file order."""
+        mem = [e for e in events if e.ph == kineto.INSTANT and e.name == kineto.MEMORY_EVENT]
+        with_args = [e.args for e in mem if e.args]
+        decoded = iter(_decode_all(_MEM_DECODER, _MEM_LIST_DECODER, with_args, None))
+        for e in mem:
+            a = next(decoded) if e.args else _MemArgs()
+            if a is not None:  # a sample whose sizes are not numbers is no sample (not a 0)
+                self.mem_rows.append((e.ts, int(a.allocated), int(a.reserved), a.device_type))
+        for e in events:
+            if e.ph == kineto.METADATA and e.name == kineto.THREAD_NAME and e.args:
+                name = _args(_ARGS_DECODER, e.args, {})
+                self.threads[str(e.tid)] = str(name.get("name", "") if isinstance(name, dict) else "")
 
     def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(events, memory, comms) as documented in :mod:`workbench.load.trace`."""
@@ -239,7 +313,7 @@ class Columns:
                 "cat": cat,
                 "ts_us": np.frombuffer(self.ts, dtype=np.float64).copy(),
                 "dur_us": np.frombuffer(self.dur, dtype=np.float64).copy(),
-                "tid": _categorical(self.tid_code, self.tids),
+                "tid": _on_streams(_categorical(self.tid_code, self.tids), is_gpu & (stream >= 0), stream),
                 "stream": stream,
                 "is_gpu": is_gpu,
                 "bytes": nbytes,
@@ -247,13 +321,6 @@ class Columns:
                 "op_args": op_args,
             }
         )
-        # GPU events live on their stream, not on the CPU thread id Kineto files them under
-        gpu_tid = events["is_gpu"] & (events["stream"] >= 0)
-        if gpu_tid.any():
-            events["tid"] = events["tid"].cat.add_categories(
-                [f"stream {s}" for s in np.unique(stream[gpu_tid.to_numpy()]) if f"stream {s}" not in events["tid"].cat.categories]
-            )
-            events.loc[gpu_tid, "tid"] = [f"stream {s}" for s in stream[gpu_tid.to_numpy()]]
         events = events.sort_values("ts_us", kind="stable", ignore_index=True)
         memory = pd.DataFrame(self.mem_rows, columns=MEMORY_COLUMNS)
         comms = pd.DataFrame(self.comm_rows, columns=COMM_COLUMNS).sort_values("ts_us", ignore_index=True)

@@ -177,8 +177,9 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
         size += len(chunk)
         if size < slice_bytes:
             continue
-        buf = b"".join(pending)
-        pos = 0
+        # one byte ahead of the text: every slice's "[" is written in place of the byte before it
+        buf = bytearray().join([b" ", *pending])
+        pos = 1
         if sep is None:
             sep = _find_separator(buf, scanned)
             scanned = max(0, len(buf) - 2 * SEP_SPACE - 3)  # a boundary may straddle the next text
@@ -190,9 +191,9 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
             cols.add(events)
             del events
             _count(path, cols, limit)
-        decoded += pos
+        decoded += pos - 1
         _foresee(path, cols, limit, decoded, text_size, where)
-        rest = buf[pos:]
+        rest = bytes(buf[pos:])
         del buf
         if len(rest) > 4 * slice_bytes:  # no event boundary in 64 MB: one giant event, or not a trace
             raise _NotSliceable(f"no boundary between two events in {4 * slice_bytes >> 20} MB of its text")
@@ -249,35 +250,38 @@ def _find_separator(buf: bytes, start: int = 0) -> bytes | None:
     return None
 
 
-def _decode_slice(buf: bytes, pos: int, sep: bytes, slice_bytes: int) -> tuple[list, int] | None:
-    """Decode the events from ``pos`` (the start of an event) up to the last ``sep`` within
-    ``slice_bytes`` (or the first after it: one huge event); return them and where the next event
-    starts, or None when no ``sep`` follows ``pos`` yet (wait for more text).
+def _decode_slice(buf: bytearray, pos: int, sep: bytes, slice_bytes: int) -> tuple[list, int] | None:
+    """Decode the events from ``pos`` (the start of an event, not the first byte of ``buf``) up to
+    the last ``sep`` within ``slice_bytes`` (or the first after it: one huge event); return them
+    and where the next event starts, or None when no ``sep`` follows ``pos`` yet (wait for more text).
 
-    A ``sep`` that lies inside a nested value or a string ends the slice in the middle of an event,
-    so the decode fails; then an earlier occurrence is tried (or a later one, past a huge event),
-    at most MAX_SEP_TRIES in all."""
+    The slice is decoded where it lies, as ``[`` + events + ``]``: the byte before it and the one
+    after it (both of a separator, or the array's opening) are overwritten for the decode and put
+    back after it, so the text is never copied. A ``sep`` that lies inside a nested value or a
+    string ends the slice in the middle of an event, so the decode fails; then an earlier
+    occurrence is tried (or a later one, past a huge event), at most MAX_SEP_TRIES in all."""
     close = sep.index(b"}")
     i = buf.rfind(sep, pos, pos + slice_bytes)
     forward = i < 0
     if forward:
         i = buf.find(sep, pos)
+    view = memoryview(buf)
     for _ in range(MAX_SEP_TRIES):
         if i < 0:
             if forward:
                 return None
             raise _NotSliceable(f"none of {MAX_SEP_TRIES} event boundaries tried cuts it between two events")
         end = i + close + 1
-        text = bytearray(end - pos + 2)  # "[" + events + "]", one copy of the slice
-        text[0], text[-1] = 0x5B, 0x5D
-        text[1:-1] = memoryview(buf)[pos:end]
+        before, after = buf[pos - 1], buf[end]
+        buf[pos - 1], buf[end] = 0x5B, 0x5D  # "[" events "]"
         try:
-            return EVENTS_DECODER.decode(text), i + len(sep) - 1
+            return EVENTS_DECODER.decode(view[pos - 1:end + 1]), i + len(sep) - 1
         except msgspec.ValidationError:
             raise _NotSliceable("a slice of it is not a list of trace events") from None  # an earlier cut cannot help
         except msgspec.DecodeError:
             pass
-        del text
+        finally:
+            buf[pos - 1], buf[end] = before, after
         i = buf.find(sep, i + 1) if forward else buf.rfind(sep, pos, i)
     raise _NotSliceable(f"none of {MAX_SEP_TRIES} event boundaries tried cuts it between two events")
 
