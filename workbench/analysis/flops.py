@@ -42,6 +42,7 @@ attention op), and it would need every cpu_op's args decoded.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -81,6 +82,7 @@ ATTENTION_BACKWARD_FACTOR = 2.5
 """Backward/forward FLOP ratio of attention: 5 matmuls against 2 (FlashAttention-2, Dao 2023)."""
 
 
+@lru_cache(maxsize=4096)
 def dtype_name(torch_type: str) -> str:
     """``c10::BFloat16`` → ``bf16`` …; Float8 variants → ``fp8``; anything else as written."""
     if torch_type.startswith("c10::Float8"):
@@ -234,7 +236,15 @@ def op_flops(trace: Trace, windows: pd.DataFrame | None = None) -> pd.DataFrame:
     dtypes = np.array([dtype_name(a.types[0] if a.types else "") for a in df["args"]], dtype=object)
     dtypes = _dtype_that_ran(df["name"].to_numpy(), dtypes, outer)
     df = df[outer].assign(dtype=dtypes[outer])
-    models = [_model(n, a) for n, a in zip(df["name"], df["args"])]
+    # one count per distinct (op, shapes): a training step repeats its ops' shapes step after step
+    seen: dict[tuple, tuple] = {}
+    models = []
+    for n, a in zip(df["name"], df["args"]):
+        key = (n, tuple(map(tuple, a.dims)), tuple(a.concrete))
+        m = seen.get(key)
+        if m is None:
+            m = seen[key] = _model(n, a)
+        models.append(m)
     df = df.assign(kind=[m[0] for m in models], flops=[m[1] for m in models], causal=[m[2] for m in models])
     df = df[df["flops"].notna()].drop(columns="args").sort_values("ts_us", kind="stable", ignore_index=True)
     df["flops"] = df["flops"].astype(float)

@@ -162,14 +162,15 @@ def kernel_table(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     if k.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     # classify each distinct (name, category) once: a trace has ~100s of names, ~100k kernels
-    pair = pd.MultiIndex.from_arrays([k["name"].astype("category").cat.codes, k["cat"].astype("category").cat.codes])
-    codes, uniq = pd.factorize(pair)
-    names, cats = k["name"].astype("category").cat.categories, k["cat"].astype("category").cat.categories
-    per_pair = [classify(str(names[n]), str(cats[c])) for n, c in uniq]
-    labels = [per_pair[i] for i in codes]
-    cls = np.array([lab[0] for lab in labels], dtype=object)
-    sub = np.array([lab[1] for lab in labels], dtype=object)
-    dtype = np.array([lab[2] for lab in labels], dtype=object)
+    name_c, cat_c = k["name"].astype("category"), k["cat"].astype("category")
+    names, cats = name_c.cat.categories, cat_c.cat.categories
+    base = len(cats) + 1  # codes shifted by one: a missing value's −1 stays apart
+    pair = (name_c.cat.codes.to_numpy().astype(np.int64) + 1) * base + cat_c.cat.codes.to_numpy() + 1
+    uniq, codes = np.unique(pair, return_inverse=True)
+    per_pair = [classify(str(names[u // base - 1]), str(cats[u % base - 1])) for u in uniq.tolist()]
+    cls = np.array([lab[0] for lab in per_pair], dtype=object)[codes]
+    sub = np.array([lab[1] for lab in per_pair], dtype=object)[codes]
+    dtype = np.array([lab[2] for lab in per_pair], dtype=object)[codes]
     op = k["op"].to_numpy()
     has_op = op >= 0
     op_kind = np.full(len(k), "", dtype=object)

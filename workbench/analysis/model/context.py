@@ -190,7 +190,7 @@ def build(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> Context | N
     args["in_bwd"] = bwd.inside(args["tid"].to_numpy(), args["ts_us"].to_numpy())
     step_of = stepper(bounds)
     args["step"] = step_of(args["ts_us"].to_numpy())
-    by_key = dict(zip(zip(args["ts_us"], args["name"]), args["args"]))
+    by_key = dict(zip(zip(args["ts_us"].tolist(), args["name"].tolist()), args["args"].tolist()))
 
     ops = ops.copy() if ops is not None and not ops.empty else pd.DataFrame(
         columns=["ts_us", "tid", "name", "kind", "dtype", "flops"])
@@ -211,7 +211,7 @@ def build(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> Context | N
     # (a grouped GEMM inside backward is its gradient: forward only outside)
     ops["forward"] = ~ops["in_bwd"].to_numpy() | is_attn_fwd | ops["name"].isin(FORWARD_ONLY).to_numpy() | (
         ops["name"].isin(["aten::mm", "aten::bmm"]).to_numpy() & in_container)
-    ops["dims"] = [getattr(by_key.get((t, n)), "dims", None) for t, n in zip(ops["ts_us"], ops["name"])]
+    ops["dims"] = [getattr(by_key.get((t, n)), "dims", None) for t, n in zip(ops["ts_us"].tolist(), ops["name"].tolist())]
     steps = sorted({s for s, _, _ in bounds})
     ctx = Context(trace=trace, ev=ev, names=names, args=args, ops=ops, bwd=bwd, steps=steps, step_of=step_of)
     ctx.evidence["steps"] = len(steps)
