@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world", type=int, default=64, help="ranks: how many")
     p.add_argument("--repeat", type=int, default=3, help="turns of floor and workbench (medians)")
     p.add_argument("--skip-hta", action="store_true")
+    p.add_argument("--baseline", type=Path, help="another checkout of workbench (e.g. before a change): its analyze "
+                                                 "takes turns with this one's")
     p.add_argument("--json", type=Path, help="write the medians here too")
     args = p.parse_args(argv)
 
@@ -145,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             what = f"{len(files)} ranks, {size / 1e6:.0f} MB of files, first open (no cache), {os.cpu_count()} cores"
         wb = [sys.executable, "-m", "workbench", "analyze", "--no-cache", "--json", str(d)]
         tools = {"floor": [sys.executable, str(floor), *files], "workbench analyze --no-cache": wb}
+        if args.baseline:
+            first = f"import sys, runpy; sys.path.insert(0, {str(args.baseline.resolve())!r}); " \
+                    "runpy.run_module('workbench', run_name='__main__', alter_sys=True)"
+            tools[f"the same, {args.baseline.name}'s code"] = [sys.executable, "-c", first, *wb[3:]]
         once = {} if args.skip_hta else {"HTA (load + temporal + idle time)": [sys.executable, str(hta), str(d)]}
         res = compare(tools, args.repeat, once)
     print(table(res, what))
