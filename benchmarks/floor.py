@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         floor = Path(tmp) / "floor.py"
         floor.write_text(FLOOR_SCRIPT)
-        hta = Path(tmp) / "hta.py"
+        hta = Path(tmp) / "hta_run.py"  # not hta.py: the script would shadow the hta package
         hta.write_text(HTA_SCRIPT)
         if args.what == "big":
             d = args.out / "big"
