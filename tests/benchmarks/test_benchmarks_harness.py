@@ -66,3 +66,21 @@ def test_benchmark_scripts_import_the_helpers_as_a_package():
                  and (ROOT / "benchmarks" / f"{n.module}.py").exists()]
         assert not local, f"{f.name} imports {local} as top-level modules"
     assert Path(measure.__code__.co_filename).parent == ROOT / "benchmarks"
+
+
+@pytest.mark.live
+def test_the_floor_decodes_every_event_of_one_trace_and_of_many(tmp_path):
+    """benchmarks/floor.py's floor: one typed decode of each file (over a process pool for several)."""
+    import gzip
+    import json
+    import subprocess
+
+    from benchmarks.floor import FLOOR_SCRIPT
+
+    script = tmp_path / "floor.py"
+    script.write_text(FLOOR_SCRIPT)
+    f = TRACES / "gpu_fixed_data" / "rank0.pt.trace.json.gz"
+    n = len(json.loads(gzip.decompress(f.read_bytes()))["traceEvents"])
+    one = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True, check=True)
+    two = subprocess.run([sys.executable, str(script), str(f), str(f)], capture_output=True, text=True, check=True)
+    assert int(one.stdout) == n and int(two.stdout) == 2 * n
