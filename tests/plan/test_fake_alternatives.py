@@ -1,6 +1,6 @@
 """The measured alternatives of a run that ran out of memory (workbench.calibration.fake_alternatives)
 on the committed traces/failed_oom_first_forward_cpu, told it ran on an 80 GB H100: each step is the
-roofline over its fake step's ops at the H100's peaks and the planner's default efficiencies, the
+roofline over its fake step's ops at the H100's peaks and the rates of committed GPU runs, the
 fastest first; a layout that leaves less than 10 % of the device free is not offered, nor the one that
 failed, nor one that recomputes no more."""
 
@@ -16,7 +16,7 @@ from workbench.calibration.fake_alternatives import measured_alternatives, roofl
 from workbench.hardware.peaks import device_peak
 from workbench.load import load_run
 from workbench.pipeline import Options
-from workbench.plan.timing import Efficiencies
+from workbench.calibration.fake_efficiency import CALIBRATED
 from workbench.present.shown import shown
 
 pytestmark = pytest.mark.committed
@@ -42,7 +42,7 @@ def test_steps_are_the_roofline_of_each_fake_step_fastest_first(tmp_path):
     alts = found["alternatives"]
     assert [a["step_ms"] for a in alts] == sorted(a["step_ms"] for a in alts)
     full = next(a for a in alts if a["settings"] == {"recompute": "full", "micro_batch": 2, "grad_accum": 1})
-    want = roofline_ms(fake["recompute full"]["tally"], peak, "tf32", Efficiencies())[0]  # fp32 weights, no autocast
+    want = roofline_ms(fake["recompute full"]["tally"], peak, "tf32", CALIBRATED)[0]  # fp32 weights, no autocast
     assert full["step_ms"] == round(want, 1) and "not anchored on a measured step" in full["basis"]
     assert full["line"].startswith("torch.utils.checkpoint")  # no trainer recognised: plain PyTorch's line
     # the failed layout (op-level selective at micro-batch 2) and less recomputation are never offered

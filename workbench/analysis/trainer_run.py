@@ -25,13 +25,22 @@ def trace_trainers(names) -> list[str]:
     return trainers.detect_trace(names)
 
 
-def run_trainer(doc: dict | None, traced: dict[int, list[str]] | None = None) -> dict[str, Any] | None:
-    """The run's trainer (module docstring), or None when neither the capture nor the trace names one."""
+def run_trainer(doc: dict | None, traced: dict[int, list[str]] | None = None,
+                launch: dict | None = None) -> dict[str, Any] | None:
+    """The run's trainer (module docstring), or None when neither the capture nor the trace names one.
+    ``launch``: the launch record (launch_rank{r}.json), which names the trainer from the process's
+    modules at the first forward: what a job that fails before ``trainer_rank{r}.json`` is written has."""
     settings = trainers.settings_of(doc)
     ours = isinstance(doc, dict) and doc.get("schema") == trainers.SCHEMA
     stack = [str(t) for t in doc.get("stack") or [] if trainers.get(str(t))] if ours else []
     name = doc.get("trainer") if ours else None
     source = f"the capture: {doc.get('detected_by')} (trainer_rank{{r}}.json)" if name else None
+    if name is None and isinstance(launch, dict) and trainers.get(str(launch.get("trainer"))):
+        name = str(launch["trainer"])
+        stack = [str(t) for t in launch.get("trainers") or [name] if trainers.get(str(t))]
+        source = "the capture: the process's modules at the first forward (launch_rank{r}.json)"
+        if not settings and isinstance(launch.get("trainer_settings"), dict):
+            settings = dict(launch["trainer_settings"])
     seen = [t for ts in (traced or {}).values() for t in (ts or [])]
     if name is None and seen:
         stack = list(dict.fromkeys(seen))

@@ -59,9 +59,8 @@ def roofline_ms(tally: dict, peak, dtype: str, eff, part: int = 1) -> tuple[floa
 
 
 def _efficiencies(run_path, result: Result):
-    """The run's own kernel rates where it traced a GPU step, else the planner's defaults; and words."""
-    from workbench.plan.timing import Efficiencies
-
+    """The run's own kernel rates where it traced a GPU step, else those of committed GPU runs
+    (workbench.calibration.fake_efficiency); and words."""
     if result.efficiency is not None and result.run.has_gpu:
         try:
             from workbench.calibration.calibrate import calibrate
@@ -71,7 +70,9 @@ def _efficiencies(run_path, result: Result):
                 return eff, "the run's own kernels' rates"
         except Exception:
             pass
-    return Efficiencies(), "the planner's default efficiencies (the run traced no GPU step to calibrate them on)"
+    from workbench.calibration.fake_efficiency import CALIBRATED, WORDS
+
+    return CALIBRATED, WORDS
 
 
 def _job_measured(result: Result) -> tuple[float | None, float | None]:
@@ -99,9 +100,17 @@ def measured_alternatives(result: Result, run) -> dict[str, Any] | None:
     job_rc = job.get("recompute") or "none"
     job_mb = job.get("micro_batch") or 1
     peak = device_peak(run.device_name) if run.has_gpu or run.device_name else None
-    dtype = _dtype(launch)
+    dtype = _dtype(launch, job["tally"], getattr(run, "trainer", None))
     eff, eff_words = _efficiencies(run.path, result)
     step_ms, alloc = _job_measured(result)
+    fields = {k: f.get("value") for k, f in (result.model.fields or {}).items() if isinstance(f, dict)}
+    if _attention_missing(job["tally"], fields):
+        rows = [{**m, "tally": with_model_attention(m["tally"], fields, m.get("recompute") or job.get("recompute"),
+                                                    m.get("micro_batch") or job.get("micro_batch") or 1)}
+                for m in rows]
+        job = next(m for m in rows if m.get("layout") == "job")
+        eff_words += ("; attention FLOPs from the model (causal, its layers, heads, head width and sequence: "
+                      "the fake step's attention calls went uncounted)")
     job_rl = roofline_ms(job["tally"], peak, dtype, eff)
     scale = step_ms / job_rl[0] if step_ms and job_rl and not failure else None
     offset = alloc - job["peak_bytes"] if alloc and not failure else 0.0
@@ -119,7 +128,7 @@ def measured_alternatives(result: Result, run) -> dict[str, Any] | None:
         if rl is not None:
             micro = roofline_ms(m["tally"], peak, dtype, eff)[0]
             if part > 1:  # forward and backward once per part of the batch, the optimizer once
-                opt_only = micro - roofline_ms({**m["tally"], **_no_fb(m["tally"])}, peak, dtype, eff)[0]
+                opt_only = roofline_ms({**m["tally"], **_no_fb(m["tally"])}, peak, dtype, eff)[0]
                 step = part * (micro - opt_only) + opt_only
             else:
                 step = micro
@@ -149,15 +158,41 @@ def measured_alternatives(result: Result, run) -> dict[str, Any] | None:
                     "step_ms": None if not job_rl else round(job_rl[0], 1), "source": SOURCE}}
 
 
+def _attention_missing(tally: dict, fields: dict) -> bool:
+    """A transformer's fake step whose tally holds no attention call (a record of a capture whose
+    FLOP formula rejected grouped-query attention)."""
+    counted = sum(tally["attention"][p]["ops"] for p in ("forward", "backward"))
+    return not counted and all(fields.get(k) for k in ("layers", "heads", "head_dim", "seq"))
+
+
+def with_model_attention(tally: dict, fields: dict, recompute: str | None, micro_batch: int) -> dict:
+    """``tally`` with causal attention's FLOPs from the model: 2·b·h·s²·d per layer forward (two
+    matmuls, half the square), twice that backward, one forward more inside backward where the
+    recomputation reruns attention (full; the attention-only selective)."""
+    fwd = 2 * int(micro_batch) * fields["heads"] * fields["seq"] ** 2 * fields["head_dim"] * fields["layers"]
+    bwd = 2 * fwd + (fwd if recompute in ("full", "selective") else 0)
+    att = {"forward": {"flops": fwd, "bytes": 0, "ops": 0}, "backward": {"flops": bwd, "bytes": 0, "ops": 0},
+           "optimizer": tally["attention"]["optimizer"]}
+    return {**tally, "attention": att}
+
+
 def _no_fb(tally: dict) -> dict:
     """The tally with forward and backward emptied (its optimizer part alone)."""
     z = {"flops": 0, "bytes": 0, "ops": 0}
     return {c: {"forward": z, "backward": z, "optimizer": tally[c]["optimizer"]} for c in ("gemm", "attention", "memory")}
 
 
-def _dtype(launch: dict | None) -> str:
-    auto = (launch or {}).get("autocast") or {}
-    d = next(iter(auto.values()), None)
+def _dtype(launch: dict | None, tally: dict | None = None, trainer: dict | None = None) -> str:
+    """The peak the step's matmuls run at: the dtype most of the fake step's matmul and attention
+    FLOPs ran in (its ops' inputs: under autocast the autocast dtype); for a record without it, the
+    autocast the launch record saw, the trainer's precision (the Hugging Face Trainer and Lightning
+    enter autocast inside the model's forward, after the launch record looks), the parameters'."""
+    by_op = (tally or {}).get("compute_dtypes") or {}
+    d = max(by_op, key=by_op.get) if by_op else next(iter(((launch or {}).get("autocast") or {}).values()), None)
+    if d is None:
+        settings = (trainer or {}).get("settings") or (launch or {}).get("trainer_settings") or {}
+        prec = settings.get("precision") if isinstance(settings, dict) else None
+        d = {"bf16": "bfloat16", "fp16": "float16"}.get(str(prec))
     if d is None:
         by = ((launch or {}).get("model") or {}).get("params_by_dtype") or {}
         d = max(by, key=by.get) if by else "float32"

@@ -7,7 +7,11 @@ recomputed forwards included, they run inside backward — and ``optimizer``):
 - FLOPs by the formulas of ``torch.utils.flop_counter`` (the ones ``FlopCounterMode`` uses), plus the
   two it lacks: grouped GEMMs (a mixture of experts' ``_grouped_mm``: each row meets one expert) and
   the CPU build's flash attention (``_scaled_dot_product_flash_attention_for_cpu``, counted as CUDA's);
+  an attention call its formula rejects (grouped-query attention with fewer key/value heads than
+  query heads, which ``flop_counter`` asserts against before PyTorch 2.13) by :func:`attention_flops`;
   causal attention halved (what its kernel executes; the trace's analysis counts it the same way);
+- the dtype matmuls and attention run in (their first input's: under autocast the autocast dtype,
+  not the parameters'), FLOPs by dtype (``compute_dtypes``): the roofline's peak;
 - bytes: every input and output tensor's size (an in-place op's written inputs instead of its
   outputs; views move nothing and are skipped), the traffic a memory-bound kernel makes.
 
@@ -73,6 +77,18 @@ def extra_flops(name: str, args: tuple) -> int | None:
     return None
 
 
+def attention_flops(name: str, args: tuple) -> int:
+    """An attention call's FLOPs from its query and key shapes ([batch, heads, seq, head_dim]; the
+    key's heads may be fewer): 4·b·h·s_q·s_k·d forward (two matmuls), twice that backward (four); the
+    backward ops take the output's gradient first."""
+    q, k = (args[1], args[2]) if name.endswith("_backward") else (args[0], args[1])
+    if q.dim() != 4 or k.dim() != 4:
+        return 0
+    b, h, sq, d = (int(x) for x in q.shape)
+    n = 4 * b * h * sq * int(k.shape[2]) * d
+    return 2 * n if name.endswith("_backward") else n
+
+
 def _causal(func, args: tuple, kwargs: dict) -> bool:
     """The attention call's ``is_causal`` argument, wherever its schema puts it."""
     for i, a in enumerate(func._schema.arguments):
@@ -94,6 +110,7 @@ class OpTally(TorchDispatchMode):
         self.flops = {(c, p): 0 for c in CLASSES for p in PHASES}
         self.bytes = {(c, p): 0 for c in CLASSES for p in PHASES}
         self.ops = {(c, p): 0 for c in CLASSES for p in PHASES}
+        self.dtypes: dict[str, int] = {}
 
     def _phase(self) -> str:
         if self.optimizer:
@@ -129,7 +146,10 @@ class OpTally(TorchDispatchMode):
         phase = self._phase()
         flops = extra_flops(name, args)
         if flops is None and packet in self.registry:
-            flops = self.registry[packet](*args, **kwargs, out_val=out)
+            try:
+                flops = self.registry[packet](*args, **kwargs, out_val=out)
+            except Exception:  # a formula that rejects this call: attention counted from its shapes, else none
+                flops = attention_flops(name, args) if cls == "attention" else 0
         if cls == "attention" and flops and _causal(func, args, kwargs):
             flops //= 2  # a causal kernel skips the masked half (the executed count, as the trace's analysis)
         moved = sum(_bytes(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor))
@@ -144,6 +164,9 @@ class OpTally(TorchDispatchMode):
         self.flops[key] += int(flops or 0)
         self.bytes[key] += int(moved)
         self.ops[key] += 1
+        if cls != "memory" and flops and args and isinstance(args[0], torch.Tensor):
+            dt = str(args[0].dtype).removeprefix("torch.")
+            self.dtypes[dt] = self.dtypes.get(dt, 0) + int(flops)
 
     def to_json(self) -> dict[str, Any]:
         """``{class: {phase: {"flops", "bytes", "ops"}}}`` and the totals."""
@@ -151,7 +174,8 @@ class OpTally(TorchDispatchMode):
                                    for p in PHASES} for c in CLASSES}
         out["flops_total"] = sum(self.flops.values())
         out["flops_forward"] = sum(v for (c, p), v in self.flops.items() if p == "forward")
+        out["compute_dtypes"] = dict(self.dtypes)
         return out
 
 
-__all__ = ["CLASSES", "Deadline", "OpTally", "PHASES", "extra_flops"]
+__all__ = ["CLASSES", "Deadline", "OpTally", "PHASES", "attention_flops", "extra_flops"]

@@ -88,12 +88,13 @@ def analyze_run(path: Path | str | Run, progress=None, workers: int | None = Non
     experts = {r: d.experts for r, d in run.ranks.items() if d.experts is not None}
     history = history_json({r: d.history for r, d in run.ranks.items() if d.history is not None}, run.manifest)
     evidence = {r: rf.summary(frames.TRAINER_TRACE) for r, rf in ranks.items()}  # the trainer seen in the trace
-    trainer = run_trainer(run.trainer, evidence)
+    launches = {r: d.launch for r, d in sorted(run.ranks.items()) if d.launch}
+    trainer = run_trainer(run.trainer, evidence, next(iter(launches.values()), None))
     windows = long_run.windows_json(run, recorded, analyze_run)  # each opened window analysed as a run of its own
     ctx = Context(breakdown=breakdown, run_config=config, job=job, ranks=ranks, steps=steps, steps_warmup=warmup,
                   capacity_bytes=run.device_memory_bytes, world_size=run.world_size, trace_wait_ms=waits, failure=failure,
                   experts=experts, history=history, hang=hang, trainer=trainer, opened_windows=windows,
-                  launch={r: d.launch for r, d in run.ranks.items() if d.launch})
+                  launch=launches)
     ctx.memory_by_category = memory_by_category(run, steps, ctx, failure)
     findings, withheld = bounds.plausible_findings(diagnose(breakdown, config, ctx))
     a = Analysis(run=run, breakdown=breakdown, per_rank=rank_summary(breakdown), diagnoses=findings,
