@@ -23,7 +23,6 @@ and outputs to :data:`MAX_ITEMS` entries. It holds shapes and names, never value
 from __future__ import annotations
 
 import json
-import os
 import time
 import weakref
 from pathlib import Path
@@ -35,6 +34,7 @@ from torch import nn
 from workbench.capture import launch_model, launch_recompute
 from workbench.capture.quiet import muted
 from workbench.format import contract
+from workbench.format.atomic import write_atomic
 
 MAX_ITEMS = 64
 """Inputs / outputs described (positional and keyword, nested one level)."""
@@ -265,12 +265,9 @@ class LaunchRecorder:
         if when not in self.doc["written"]:
             self.doc["written"].append(when)
         self.doc["unix_s"] = time.time()
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(self.doc, default=str))
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(self.doc, default=str))
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             if self.error is None:
                 self.error = f"could not write {self.path.name} ({e.strerror or e})"
                 self._say(self.error)

@@ -32,6 +32,7 @@ import torch
 
 from workbench.capture.quiet import muted
 from workbench.format import contract
+from workbench.format.atomic import write_atomic
 
 ALLOCATOR_KEYS = ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
                   "reserved_bytes.all.peak", "active_bytes.all.peak", "inactive_split_bytes.all.current",
@@ -186,12 +187,9 @@ class MemoryRecorder:
             self.write()
 
     def write(self) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(self.doc, indent=2))
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(self.doc, indent=2))
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             if self.error is None:
                 self.error = f"could not write {self.path.name} ({e.strerror or e})"
                 self._say(self.error)
