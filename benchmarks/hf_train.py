@@ -16,6 +16,8 @@ Families (``--family``), each a small config of a public model family:
   no SDPA path for it), sliding-window layers alternating with full ones
 - ``qwen3``: dense, heads × head_dim ≠ hidden, tied embeddings, SwiGLU width 3.8 × hidden (as
   Qwen3-4B's 9728 / 2560)
+- ``qwen2_moe``: one shared expert 4 × an expert's width behind its own sigmoid gate (Qwen1.5-MoE-A2.7B's
+  5632 / 1408), q/k/v with biases, 16 heads and 8 KV heads
 
 Active parameters (torchtitan's ``get_moe_model_nparams_and_flops``): dense + router + shared
 experts + routed experts × top_k // experts. FLOPs per token (the convention workbench's headline
@@ -77,6 +79,10 @@ def _config(family: str):
     if family == "gpt_oss":
         return AutoConfig.for_model("gpt_oss", intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
                                     head_dim=64, sliding_window=64, **BASE)
+    if family == "qwen2_moe":
+        return AutoConfig.for_model("qwen2_moe", intermediate_size=512, num_experts=8, num_experts_per_tok=2,
+                                    moe_intermediate_size=128, shared_expert_intermediate_size=512, decoder_sparse_step=1,
+                                    mlp_only_layers=[], **{**BASE, "num_attention_heads": 16, "num_key_value_heads": 8})
     if family == "qwen3":
         return AutoConfig.for_model("qwen3", intermediate_size=1216, head_dim=64,
                                     **{**BASE, "hidden_size": 320, "tie_word_embeddings": True})
@@ -127,9 +133,14 @@ def truth(model, cfg, seq: int, batch: int) -> dict:
     if routed:
         moe_ffn = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
         dense = getattr(cfg, "first_k_dense_replace", 0) or 0
-        n_shared = getattr(cfg, "n_shared_experts", None) or 0
+        # DeepSeek: n_shared_experts of the expert width (fused into one MLP); Qwen2-MoE: one shared expert of
+        # its own width (shared_expert_intermediate_size), behind a sigmoid gate
+        shared_w = getattr(cfg, "shared_expert_intermediate_size", None)
+        n_shared = getattr(cfg, "n_shared_experts", None) or (1 if shared_w else 0)
         out.update(experts=experts, top_k=top_k, shared_experts=n_shared, moe_ffn=moe_ffn, moe_layers=L - dense,
                    dense_layers=dense)
+        if n_shared:
+            out["shared_ffn"] = shared_w or moe_ffn
         if dense:
             out["ffn"] = cfg.intermediate_size
     else:
@@ -150,6 +161,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights and AdamW states)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="print MFU per step against this peak")
+    ap.add_argument("--attention-mask", action="store_true", help="pass an attention mask of ones, as a Trainer's "
+                                                                   "collator does (SDPA then repeats K/V to every head)")
     ap.add_argument("--top5", action="store_true", help="also print each step's top-5 next-token accuracy (a topk "
                                                         "over the logits before backward, as training loops do)")
     args = ap.parse_args()
@@ -169,7 +182,8 @@ def main() -> None:
         t0 = time.perf_counter()
         x = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=args.device)
         with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16):
-            out = model(input_ids=x, labels=x)
+            mask = torch.ones_like(x) if args.attention_mask else None
+            out = model(input_ids=x, labels=x, attention_mask=mask)
         loss = out.loss
         top5 = ""
         if args.top5:

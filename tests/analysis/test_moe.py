@@ -9,7 +9,9 @@ head_dim 64 ≠ hidden 256 / 8 heads; its fused gate+up expert GEMM is exactly a
 to every head first),
 ``moe_mixtral_cpu`` (top-2 of 8, expert width 384), ``moe_olmoe_cpu`` (top-2 of 8),
 ``moe_deepseek_v3_cpu`` (latent attention with q/kv ranks 96/64, v_head_dim 24 ≠ qk 48, one shared
-expert, a dense first layer, group-limited routing: three topk calls per layer), ``dense_qwen3_cpu``
+expert, a dense first layer, group-limited routing: three topk calls per layer), ``moe_qwen2_cpu``
+(Qwen2-MoE: one shared expert 4 × an expert's width behind its own sigmoid gate, q/k/v with biases,
+16 heads and 8 KV heads), ``dense_qwen3_cpu``
 (8 heads × head_dim 64 = 512 ≠ hidden 320, tied embeddings, SwiGLU width 1216 = 3.8 × hidden).
 """
 
@@ -29,7 +31,8 @@ from workbench.pipeline.verdict import analyze_run
 
 pytestmark = pytest.mark.committed
 
-MOE = ["moe_qwen3_cpu", "moe_qwen3_eager_cpu", "moe_mixtral_cpu", "moe_olmoe_cpu", "moe_deepseek_v3_cpu", "moe_gpt_oss_cpu"]
+MOE = ["moe_qwen3_cpu", "moe_qwen3_eager_cpu", "moe_mixtral_cpu", "moe_olmoe_cpu", "moe_deepseek_v3_cpu", "moe_gpt_oss_cpu",
+       "moe_qwen2_cpu"]
 RUNS = [*MOE, "dense_qwen3_cpu"]
 EXACT = ("experts", "top_k", "shared_experts", "moe_ffn", "moe_layers", "dense_layers", "head_dim", "v_head_dim", "heads",
          "kv_heads", "attention", "q_lora_rank", "kv_lora_rank", "ffn", "tied", "hidden", "layers", "vocab", "seq",
@@ -53,7 +56,7 @@ def doc(run: str) -> dict:
 def test_the_model_is_the_one_the_script_built(run):
     t, m = truth(run), doc(run)["model"]
     f = {k: x["value"] for k, x in m["fields"].items()}
-    for k in EXACT:
+    for k in EXACT + (("shared_ffn",) if "shared_ffn" in t else ()):
         assert f.get(k) == t.get(k), (k, f.get(k), t.get(k))
     assert f["params_total"] == pytest.approx(t["params_total"], rel=0.01)
     assert f["params_active"] == pytest.approx(t["params_active"], rel=0.10)
@@ -107,6 +110,18 @@ def test_latent_attention_and_a_shared_expert():
     assert "group-limited" in m["fields"]["top_k"]["source"]  # three topk calls per layer, the widest the experts'
 
 
+def test_a_shared_expert_behind_its_own_gate_is_one_expert_of_its_width():
+    """Qwen2-MoE: the shared MLP (512 wide, 4 × the experts' 128) is scaled by the sigmoid of a projection
+    from hidden to one value per token: one shared expert of width 512, not four fused ones (DeepSeek's
+    fused shared MLP has no such gate: its width over the expert width is their number)."""
+    m = doc("moe_qwen2_cpu")["model"]
+    assert (value(m, "shared_experts"), value(m, "shared_ffn"), value(m, "moe_ffn")) == (1, 512, 128)
+    assert "gate of its own" in m["fields"]["shared_experts"]["source"]
+    assert (value(m, "heads"), value(m, "kv_heads"), value(m, "attention")) == (16, 8, "GQA")
+    d = doc("moe_deepseek_v3_cpu")["model"]
+    assert (value(d, "shared_experts"), value(d, "shared_ffn")) == (1, 128)
+
+
 def test_a_grouped_gemm_counts_once_per_expert_row_forward_and_backward():
     """moe_qwen3_cpu runs its experts as aten::_grouped_mm (per-expert aten::mm inside on CPU):
     per layer and step, gate+up [512, 256] × [8, 256, 256] and down [512, 128] × [8, 128, 256]
@@ -131,6 +146,8 @@ def test_routing_and_dispatch_shares_and_what_the_trace_cannot_say(run):
     load = doc(run)["model"]["expert_load"]
     if run == "moe_qwen3_eager_cpu":
         assert "per-expert loop" in load
+    elif run == "moe_qwen2_cpu":  # made after the capture learnt to read the router's choices
+        assert "recorded by the capture" in load
     else:
         assert "not in the trace" in load
 

@@ -34,7 +34,7 @@ def run_model(ranks: dict[int, dict], world_size: int | None = None) -> dict[str
     for name in ("seq", "micro_batch", "micro_batches", "head_dim", "v_head_dim", "attention", "qk_norm", "q_lora_rank",
                  "kv_lora_rank",
                  "qk_rope_head_dim",
-                 "experts", "top_k", "shared_experts", "vocab", "tied", "gated", "dtype", "recompute", "recompute_fraction",
+                 "experts", "top_k", "shared_experts", "shared_ffn", "vocab", "tied", "gated", "dtype", "recompute", "recompute_fraction",
                  "recompute_mode", "optimizer", "hidden"):
         v = pick(name)
         if v is not None:

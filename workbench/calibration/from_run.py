@@ -136,7 +136,7 @@ def _int(fields: dict, name: str) -> int | None:
 
 
 SHAPE_FIELDS = ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads", "head_dim", "v_head_dim", "experts",
-                "top_k", "shared_experts", "moe_ffn", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
+                "top_k", "shared_experts", "shared_ffn", "moe_ffn", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
 """Whole-number fields of the analysis' model block the planner's ModelSpec takes as they are."""
 LATENT_ROPE_DIM = 64
 """Latent attention's rotary part of the head when the traces do not show it (the model block's
@@ -159,7 +159,7 @@ def _moe_shape(f: dict, shape: dict, assumed: list[str]) -> None:
             assumed.append("the dense blocks' MLP width not inferred: 4h")
         shape.setdefault("shared_experts", int(f.get("shared_experts") or 0))
     else:
-        for k in ("top_k", "shared_experts", "moe_ffn"):
+        for k in ("top_k", "shared_experts", "shared_ffn", "moe_ffn"):
             shape.pop(k, None)
     if shape.get("kv_lora_rank") or f.get("attention") == "MLA":
         if not shape.get("kv_lora_rank"):

@@ -146,7 +146,8 @@ aten::linear sees fp32 weights, its aten::addmm bf16 ones). ``aten::_grouped_mm`
 experts' expert GEMMs, ``[[M, D], [E, D, H], [E]]``) counts once: a CPU backend's per-expert
 ``aten::mm`` children are nested in it."""
 MODEL_OP = re.compile(r"^(?:aten::embedding|torch::autograd::AccumulateGrad|flash_attn::_flash_attn_(?:varlen_)?forward"
-                      r"|aten::topk|aten::histc|aten::rms_norm|aten::_fused_rms_norm|aten::layer_norm|aten::pow)$")
+                      r"|aten::topk|aten::histc|aten::rms_norm|aten::_fused_rms_norm|aten::layer_norm|aten::pow"
+                      r"|aten::neg|aten::cat)$")
 """Operators whose shapes describe the model rather than count FLOPs (analysis.model): an
 embedding's ``Input Dims`` are ``[[vocab, hidden], [batch, seq], …]`` (the tokens of a forward
 pass), the autograd engine's ``AccumulateGrad`` runs once per trainable parameter and backward
@@ -154,7 +155,9 @@ pass with that parameter's gradient shape (the parameter count, tied tables coun
 flash-attn package's own ops (``flash_attn::_flash_attn_forward``: q ``[batch, seq, heads, dim]``;
 Hugging Face's ``flash_attention_2``) give the attention's shape where no aten attention op runs;
 norms and ``aten::pow`` (an eager RMSNorm's square) over ``[batch, seq, heads, head_dim]`` show a
-per-head query/key norm (Qwen3). All are few (one embedding per table and forward; one AccumulateGrad per parameter tensor and backward:
+per-head query/key norm (Qwen3); ``aten::neg`` and ``aten::cat`` are the rotary embedding's
+``rotate_half`` over ``[batch, seq, heads, head_dim / 2]``, the query's and key's heads where the
+attention itself runs as no op (a compiled FlexAttention). All are few (one embedding per table and forward; one AccumulateGrad per parameter tensor and backward:
 ~400 per step on a 24-layer GPT, against ~80k events), so decoding them costs little. Their args
 land in the same ``op_args`` column; analysis.flops counts only the :data:`SHAPE_OP` ones."""
 WEIGHT_OPS = ("aten::addmm", "aten::mm", "aten::convolution", "aten::_scaled_mm")

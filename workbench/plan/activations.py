@@ -101,7 +101,7 @@ def layer_terms(m: ModelSpec, stack: Stack, layout: Layout, recompute: str | Non
         fe = m.expert_ffn / m.hidden
         fixed += 8.0 * m.experts / layout.tp    # the router's fp32 logits and scores
         # each routed row: the dispatched input, the expert's MLP, its output before the combine
-        shd += m.top_k * (2 * c + mlp(fe)) + mlp(m.shared_experts * fe)
+        shd += m.top_k * (2 * c + mlp(fe)) + mlp(m.shared_width / m.hidden)
     if stack.dropout:
         whole(1)
     return ActivationTerms(replicated=rep, sharded=shd, scores=scores, fixed=fixed)

@@ -46,7 +46,7 @@ def block_gemms(m: ModelSpec, stack: Stack, layout: Layout, moe: bool = False) -
         return out + mlp(m.ffn_hidden, t)
     out.append((1.0 / t, m.experts, h, 1.0, False))  # the router
     if m.shared_experts:
-        out += mlp(m.shared_experts * m.expert_ffn, t)
+        out += mlp(m.shared_width, t)
     local = m.experts / layout.ep
     return out + mlp(m.expert_ffn, 1, rows=m.top_k / (t * local), calls=local, routed=True)
 

@@ -80,7 +80,10 @@ class ModelSpec:
     top_k: int = 0
     """Routed experts each token uses."""
     shared_experts: int = 0
-    """Experts every token uses (DeepSeek), each of width ``moe_ffn``."""
+    """Experts every token uses (DeepSeek), each of width ``shared_ffn``."""
+    shared_ffn: int = 0
+    """One shared expert's width; 0 = ``moe_ffn`` (DeepSeek's; Qwen2-MoE's one shared expert is 4 × an
+    expert's width)."""
     moe_ffn: int = 0
     """One expert's hidden size; 0 = ``ffn``."""
     dense_layers: int = 0
@@ -131,6 +134,11 @@ class ModelSpec:
     @property
     def expert_ffn(self) -> int:
         return self.moe_ffn or self.ffn_hidden
+
+    @property
+    def shared_width(self) -> int:
+        """The shared experts' width together (DeepSeek fuses them into one MLP of this width)."""
+        return self.shared_experts * (self.shared_ffn or self.expert_ffn)
 
     @property
     def attn_out(self) -> int:
@@ -199,7 +207,7 @@ class ModelSpec:
 
     def moe_dense_params(self) -> int:
         """A mixture-of-experts block's parts every token uses: router, shared experts, its norm."""
-        return self.hidden * self.experts + self.shared_experts * self.expert_params() + self.norm_params()
+        return self.hidden * self.experts + self.mlp_matrices * self.hidden * self.shared_width + self.norm_params()
 
     def block_params(self, moe: bool) -> int:
         """One block: attention, and its dense MLP or its experts (all of them)."""
@@ -247,7 +255,8 @@ class ModelSpec:
         """Forward FLOPs of one block's MLP per token: dense, or router + shared + top_k routed experts."""
         if not moe:
             return 2.0 * self.mlp_matrices * self.hidden * self.ffn_hidden
-        return 2.0 * (self.hidden * self.experts + (self.shared_experts + self.top_k) * self.expert_params())
+        return 2.0 * (self.hidden * self.experts + self.top_k * self.expert_params()
+                      + self.mlp_matrices * self.hidden * self.shared_width)
 
     def layer_gemm_flops(self, moe: bool | None = None) -> float:
         """Forward FLOPs of one block's matmuls per token (2 per multiply-add); ``moe`` None: the
@@ -280,14 +289,14 @@ class ModelSpec:
 
 
 _CHECKED = ("layers", "hidden", "heads", "vocab", "seq", "ffn", "kv_heads", "head_dim", "v_head_dim", "experts",
-            "top_k", "shared_experts", "moe_ffn", "dense_layers", "moe_every", "q_lora_rank", "kv_lora_rank",
+            "top_k", "shared_experts", "shared_ffn", "moe_ffn", "dense_layers", "moe_every", "q_lora_rank", "kv_lora_rank",
             "qk_rope_head_dim")
 """The numeric fields :func:`workbench.plan.validate.model_fields` checks."""
 
 
 KEYS = {"L": "layers", "h": "hidden", "a": "heads", "V": "vocab", "s": "seq", "ffn": "ffn", "kv": "kv_heads",
         "hd": "head_dim", "vhd": "v_head_dim", "gated": "gated", "tied": "tied", "pos": "learned_pos", "bias": "bias",
-        "norm": "norm", "qknorm": "qk_norm", "experts": "experts", "top_k": "top_k", "shared": "shared_experts",
+        "norm": "norm", "qknorm": "qk_norm", "experts": "experts", "top_k": "top_k", "shared": "shared_experts", "shared_ffn": "shared_ffn",
         "moe_ffn": "moe_ffn", "dense_layers": "dense_layers", "moe_every": "moe_every", "q_lora": "q_lora_rank",
         "kv_lora": "kv_lora_rank", "rope_hd": "qk_rope_head_dim"}
 """Key-list names → ModelSpec fields (``gated``, ``tied``, ``pos``, ``bias``, ``qknorm`` take 0/1)."""
@@ -296,7 +305,7 @@ _BOOLS = {"gated", "tied", "learned_pos", "bias", "qk_norm"}
 
 def parse_model(text: str) -> ModelSpec:
     """``L=96,h=12288,a=96,V=51200,s=2048[,ffn=…,kv=…,hd=…,vhd=…,gated=1,tied=1,pos=0,bias=0,norm=rms,qknorm=1,
-    experts=…,top_k=…,shared=…,moe_ffn=…,dense_layers=…,moe_every=…,q_lora=…,kv_lora=…,rope_hd=…]``."""
+    experts=…,top_k=…,shared=…,shared_ffn=…,moe_ffn=…,dense_layers=…,moe_every=…,q_lora=…,kv_lora=…,rope_hd=…]``."""
     from workbench.plan.validate import model_key, switch
 
     fields: dict[str, object] = {}

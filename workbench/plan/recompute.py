@@ -116,7 +116,7 @@ def block_matmuls(m, fused_qkv: bool, moe: bool) -> list[tuple[str, float, bool]
         return attn + mlp(m.ffn_hidden)
     out = attn
     if m.shared_experts:
-        out += mlp(m.shared_experts * m.expert_ffn)
+        out += mlp(m.shared_width)
     return out
 
 

@@ -84,7 +84,7 @@ def model_json(m) -> dict:
             "head_dim": m.d_head, "v_head_dim": m.d_v, "attention": "MLA" if m.latent else (
                 "MHA" if m.kv == m.heads else "MQA" if m.kv == 1 else "GQA"),
             "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank,
-            "experts": m.experts, "top_k": m.top_k, "shared_experts": m.shared_experts,
+            "experts": m.experts, "top_k": m.top_k, "shared_experts": m.shared_experts, "shared_ffn": (m.shared_ffn or m.expert_ffn) if m.shared_experts else 0,
             "moe_ffn": m.expert_ffn if m.moe else 0, "moe_layers": m.moe_layers,
             "dense_layers": m.layers - m.moe_layers if m.moe else m.layers,
             "params": m.params(), "params_active": m.params_active(),

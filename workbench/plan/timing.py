@@ -141,7 +141,7 @@ def _layer_memory_bytes(m: ModelSpec, stack: Stack, layout: Layout, seq: int, mo
         # the activation over the routed rows (tokens x top_k, split over tp) and the shared experts;
         # permuting the rows to their experts, back, and the weighted combine; the router's softmax
         # and top-k over fp32 scores
-        act = ((3 if m.gated else 2) * c * (m.top_k + m.shared_experts) * m.expert_ffn / t
+        act = ((3 if m.gated else 2) * c * (m.top_k * m.expert_ffn + m.shared_width) / t
                + 5 * m.top_k * c * h / t + 12.0 * m.experts / t)
     if stack.fused_kernels:
         # fused norm (read + write), bias-dropout-add (2 reads, a write, the mask) twice, bias-activation

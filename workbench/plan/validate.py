@@ -28,6 +28,7 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "experts": (1, 100_000),
     "top_k": (1, 100_000),
     "shared_experts": (0, 100_000),
+    "shared_ffn": (1, 10_000_000),
     "moe_ffn": (1, 10_000_000),
     "dense_layers": (0, 100_000),
     "moe_every": (1, 100_000),
@@ -38,7 +39,7 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
 """Model shape, inclusive (Llama 3 405B: 126 layers, h 16,384, 128 heads, V 128,256, s 8,192-131,072;
 DeepSeek-V3: 256 experts, top-8). For the fields of :data:`DEFAULT_ZERO` 0 means "the default"."""
 
-DEFAULT_ZERO = ("ffn", "kv_heads", "head_dim", "v_head_dim", "experts", "top_k", "shared_experts", "moe_ffn",
+DEFAULT_ZERO = ("ffn", "kv_heads", "head_dim", "v_head_dim", "experts", "top_k", "shared_experts", "shared_ffn", "moe_ffn",
                 "dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
 """Fields whose 0 means their default (4h, MHA, hidden / heads, a dense model, no latent attention …)."""
 
@@ -156,8 +157,8 @@ def model_spec_checks(m) -> None:
             bad(f"dense_layers {m.dense_layers} leaves none of the {m.layers} blocks a mixture of experts")
         if m.moe_layers == 0:
             bad(f"moe_every {m.moe_every} leaves none of the {m.layers} blocks a mixture of experts")
-    elif m.top_k or m.shared_experts or m.moe_ffn or m.dense_layers:
-        bad("top_k, shared, moe_ffn and dense_layers need experts (the routed experts per block)")
+    elif m.top_k or m.shared_experts or m.shared_ffn or m.moe_ffn or m.dense_layers:
+        bad("top_k, shared, shared_ffn, moe_ffn and dense_layers need experts (the routed experts per block)")
     if m.kv_lora_rank:
         if not m.qk_rope_head_dim or m.qk_rope_head_dim >= m.d_head:
             bad(f"latent attention needs rope_hd (the rotary part of the head) below the head width {m.d_head}")

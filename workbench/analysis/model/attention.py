@@ -26,6 +26,11 @@ QK_NORM_OPS = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::layer_norm", "a
 """Ops a per-head query/key norm runs as: torch's norms, or an eager RMSNorm's ``x.pow(2).mean(-1)``
 (Hugging Face's Qwen3RMSNorm) over ``[batch, seq, heads, head_dim]``."""
 
+ROTATE_HALF_OPS = ("aten::neg", "aten::cat")
+"""The rotary embedding's ``rotate_half(x) = cat(-x2, x1)`` over the query and key head by head,
+``[batch, seq, heads, head_dim / 2]`` (or heads before seq): what shows the heads where the attention
+itself runs as no op the analysis knows (torchtitan's gpt-oss: FlexAttention under torch.compile)."""
+
 FLASH_ATTN = ("flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_forward")
 """The flash-attn package's forward ops: q ``[batch, seq, heads, dim]`` (varlen: ``[tokens, heads, dim]``)."""
 
@@ -129,6 +134,41 @@ def _matmul_attention(ctx: Context, f: Candidates) -> Candidates:
     return out
 
 
+def per_head_views(ctx: Context, f: Candidates) -> Candidates:
+    """``heads``, ``head_dim`` and ``layers`` where no attention op nor matmul attention showed them (an
+    attention compiled into one kernel: torchtitan's gpt-oss runs FlexAttention under torch.compile),
+    read off the rotary embedding's ``rotate_half`` (:data:`ROTATE_HALF_OPS`) over ``[micro-batch, seq,
+    H, D / 2]`` (or ``[micro-batch, H, seq, D / 2]``): the query's H × D is a projection's width from
+    hidden (its Q projection), the key's a narrower one. Layers: the Q projection's runs per forward pass."""
+    p = ctx.proj
+    mb, s = f.get("micro_batch", {}).get("value"), f.get("seq", {}).get("value")
+    if "heads" in f or p is None or not p.hidden or not mb or not s:
+        return {}
+    widths = {o: c for (i, o), c in p.weights.items() if i == p.hidden}
+    seen: Counter = Counter()
+    for x in ctx.first_pass_args(ROTATE_HALF_OPS)["args"]:
+        for d in (x.dims or [])[:2]:
+            if d and len(d) == 4 and d[0] == mb and s in (d[1], d[2]):
+                h, hd = (d[2], 2 * d[3]) if d[1] == s else (d[1], 2 * d[3])
+                if h * hd in widths and h > 1 and hd > 1:
+                    seen[(int(h), int(hd))] += 1
+    if not seen:
+        return {}
+    h, hd = max(seen, key=lambda k: (k[0] * k[1], seen[k]))  # the query: the widest per-head view
+    kv = min((k for k in seen if k[1] == hd), key=lambda k: k[0])[0]
+    src = (f"the rotary embedding's rotate_half over [{mb}, {s}, {h}, {hd // 2}] around an attention that runs as no op "
+           f"the analysis knows (a compiled kernel): the Q projection {p.hidden}→{h * hd} per head")
+    out: Candidates = {"heads": field(int(h), src, "medium"), "head_dim": field(int(hd), src, "medium")}
+    if kv < h:
+        ctx.evidence["attention_kv_heads"] = int(kv)
+    ctx.evidence["attention_op"] = "per-head views (an attention the trace does not show as an op)"
+    q_runs = widths[h * hd]
+    # one Q projection per layer where its width is the query's alone (hidden→hidden is also the output's)
+    if "layers" not in f and h * hd != p.hidden and float(q_runs).is_integer() and q_runs >= 1:
+        out["layers"] = field(int(q_runs), f"{q_runs:g} Q projections {p.hidden}→{h * hd} per forward pass", "medium")
+    return out
+
+
 def attention_heads(ctx: Context, f: Candidates) -> Candidates:
     """``kv_heads``, ``attention`` (MHA / GQA / MQA / MLA) and the latent ranks, once the
     projections are known (:mod:`.projections`)."""
@@ -150,8 +190,14 @@ def attention_heads(ctx: Context, f: Candidates) -> Candidates:
     if kv and kv < h:
         out["kv_heads"] = field(int(kv), "the attention's key heads")
     else:
-        narrow = sorted({o // hd for (i, o), c in weights.items()
-                         if hidden and i == hidden and o % hd == 0 and 0 < o // hd < h and n_layers and c >= 2 * n_layers})
+        # K/V repeated to every head before the kernel: the first layer's projections before its
+        # attention are its q, k and v; k and v are the narrower pair (a wider net would catch an
+        # MLP's or an expert's projection from hidden: a shared expert, a router, an expert loop)
+        pre = Counter(o // hd for i, o in (ctx.proj.pre_attention if ctx.proj else [])
+                      if hidden and i == hidden and o % hd == 0 and 0 < o // hd < h)
+        narrow = [pre.most_common(1)[0][0]] if pre else sorted(
+            {o // hd for (i, o), c in weights.items()
+             if hidden and i == hidden and o % hd == 0 and 0 < o // hd < h and n_layers and c >= 2 * n_layers})
         if narrow:
             out["kv_heads"] = field(int(narrow[0]), f"K/V projections {hidden}→{narrow[0] * hd} (K/V repeated before the kernel)",
                                     "medium")

@@ -61,6 +61,8 @@ def experts(ctx: Context, f: Candidates) -> Candidates:
         e_router = int(widest)
         if per_pass:
             evid["router_topk_per_layer"] = round(len(topk) / ctx.passes_before / per_pass, 2)
+        elif not segs:  # no attention op to cut the pass into blocks: one router (its widest topk) per block
+            per_pass = len(calls) / ctx.passes_before
     bins = Counter(_int(a.concrete[1]) for a in histc["args"] if len(a.concrete) > 1)
     grouped = [g for s in moe for g in s.grouped]
     e_local = Counter(int(d[0]) for d in _grouped_weights(ctx)).most_common(1)
@@ -93,22 +95,15 @@ def experts(ctx: Context, f: Candidates) -> Candidates:
         moe_ffn = downs.most_common(1)[0][0]
         how = "aten::_grouped_mm" if any(s.grouped for s in moe) else "per-expert GEMMs (a loop over experts)"
         out["moe_ffn"] = field(int(moe_ffn), f"input width of the experts' down projections back to hidden {hidden} ({how})")
-    if per_pass:
+    if per_pass and not moe:
+        out["moe_layers"] = field(int(round(per_pass)), f"{per_pass:g} routers (aten::topk over [tokens, experts]) per "
+                                                        "forward pass", "medium")
+    elif per_pass:
         out["moe_layers"] = field(int(round(per_pass)), f"{per_pass:g} blocks with a router or expert GEMMs per forward pass")
         dense = sum(1 for s in segs if not s.moe and s.dense_ffn) / ctx.passes_before
         out["dense_layers"] = field(int(round(dense)), f"{dense:g} blocks with a dense MLP beside the {per_pass:g} mixtures of experts")
     if "moe_ffn" in out:
-        shared = Counter(w for s in moe for w in s.dense_ffn)
-        mf = out["moe_ffn"]["value"]
-        if not shared:
-            out["shared_experts"] = field(0, "no dense MLP saw every token in the blocks with experts")
-        else:
-            w = shared.most_common(1)[0][0]
-            n = w / mf
-            out["shared_experts"] = (field(int(n), f"a dense MLP of width {w} that saw every token in each expert block = {n:g} × "
-                                                   f"the expert width {mf}") if n.is_integer() else
-                                     field(1, f"a dense MLP of width {w} that saw every token in each expert block (not a "
-                                              f"multiple of the expert width {mf})", "medium"))
+        out.update(_shared(moe, out["moe_ffn"]["value"]))
     routed = _routed_params(ctx, out, moe)
     if routed:
         evid["routed_params"] = routed
@@ -124,6 +119,29 @@ def experts(ctx: Context, f: Candidates) -> Candidates:
         evid["expert_load"] = (f"a per-expert loop: {n_gemm:g} experts ran a GEMM per block (an expert that got no token "
                                "runs none); their rows are the tokens each got")
     return out
+
+
+def _shared(moe, mf: int) -> Candidates:
+    """``shared_experts`` and ``shared_ffn`` (one shared expert's width): a dense MLP that saw every
+    token in the blocks with experts. Behind a gate of its own (a projection from hidden to one value
+    per token, whose sigmoid scales it: Qwen2-MoE, Qwen3-Next) it is one expert of its width; without
+    one, its width over the expert width is the number of shared experts fused into it (DeepSeek's
+    ``n_shared_experts``)."""
+    shared = Counter(w for s in moe for w in s.dense_ffn)
+    if not shared:
+        return {"shared_experts": field(0, "no dense MLP saw every token in the blocks with experts")}
+    w = shared.most_common(1)[0][0]
+    gated = sum(1 for s in moe if any(o == 1 for _, o in s.ups))
+    if gated >= len(moe) / 2:
+        src = (f"a dense MLP of width {w} that saw every token in each expert block, behind a gate of its own "
+               f"(a projection to one value per token in {gated} of {len(moe)} expert blocks): one shared expert")
+        return {"shared_experts": field(1, src), "shared_ffn": field(int(w), src)}
+    n = w / mf
+    if n.is_integer():
+        src = f"a dense MLP of width {w} that saw every token in each expert block = {n:g} × the expert width {mf}"
+        return {"shared_experts": field(int(n), src), "shared_ffn": field(int(mf), src)}
+    src = f"a dense MLP of width {w} that saw every token in each expert block (not a multiple of the expert width {mf})"
+    return {"shared_experts": field(1, src, "medium"), "shared_ffn": field(int(w), src, "medium")}
 
 
 def _expert_gating(routed: int, experts: int | None, layers: int | None, hidden: int | None, width: int | None) -> dict | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.analysis.model.attention import attention_heads, attention_kernels
+from workbench.analysis.model.attention import attention_heads, attention_kernels, per_head_views
 from workbench.analysis.model.context import Candidates, build, field, reconcile
 from workbench.analysis.model.embedding import embedding
 from workbench.analysis.model.experts import experts
@@ -27,12 +27,12 @@ from workbench.load.trace import Trace
 FIELDS = ("params_total", "params_active", "params_embedding", "params_non_embedding", "layers", "hidden", "heads",
           "kv_heads", "head_dim", "v_head_dim", "attention", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn",
           "gated", "experts",
-          "top_k", "shared_experts", "moe_ffn", "moe_layers", "dense_layers", "vocab", "tied", "seq", "micro_batch",
+          "top_k", "shared_experts", "shared_ffn", "moe_ffn", "moe_layers", "dense_layers", "vocab", "tied", "seq", "micro_batch",
           "micro_batches", "tokens_per_step", "global_tokens_per_step", "dtype", "recompute", "recompute_fraction",
           "recompute_mode", "layout", "optimizer", "model_flops_per_token")
 """The names of the ``model.fields`` block, in the order the JSON lists them."""
 TRANSFORMER_FIELDS = frozenset({"layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "attention", "qk_norm",
-                                "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn", "gated", "experts", "top_k", "shared_experts",
+                                "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "ffn", "gated", "experts", "top_k", "shared_experts", "shared_ffn",
                                 "moe_ffn", "moe_layers", "dense_layers", "vocab", "tied", "seq", "params_embedding",
                                 "params_non_embedding", "model_flops_per_token", "tokens_per_step",
                                 "global_tokens_per_step"})
@@ -55,6 +55,7 @@ def rank_model(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> dict[s
     reconcile(f, embedding(ctx))
     reconcile(f, attention_kernels(ctx, f))
     reconcile(f, projections(ctx, f))
+    reconcile(f, per_head_views(ctx, f))
     reconcile(f, attention_heads(ctx, f))
     reconcile(f, experts(ctx, f))
     reconcile(f, parameters(ctx, f))
