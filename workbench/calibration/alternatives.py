@@ -83,6 +83,8 @@ class RunCase:
     data_wait_ms: float = 0.0
     """Of the measured step, the wait on the data loader: no layout changes it, so the anchor leaves
     it out and every alternative keeps it (scaled with its samples per step)."""
+    trainer: str | None = None
+    """The trainer that ran it (its recomputation modes are the ones offered)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -162,7 +164,7 @@ def _candidates(case: RunCase, goal: str) -> list[tuple[str, Layout, int, Cluste
     out: list[tuple[str, Layout, int, Cluster]] = []
     per_replica = B // lay.dp
     kept = kept_per_token(case.model, case.stack, lay, lay.recompute)
-    for rc in modes_for(None, lay.recompute):
+    for rc in modes_for(case.trainer, lay.recompute):
         # a mode that keeps less than the run's recomputes more: what a memory finding offers, not a
         # speed one (torchtitan's op-level policy keeps less than every other block and may still take
         # less time than it: there the prediction decides)
@@ -325,7 +327,7 @@ def run_case(run, result: Result | None = None, analysis=None) -> RunCase | None
     peak = reserved * 2**30 if isinstance(reserved, (int, float)) and reserved > 0 else job.measured_peak_bytes
     return RunCase(model=job.model, layout=job.layout, stack=job.stack, global_batch=job.global_batch, cluster=cluster,
                    efficiencies=eff, measured_step_ms=job.measured_step_ms, measured_peak_bytes=peak,
-                   data_wait_ms=job.data_wait_ms or 0.0)
+                   data_wait_ms=job.data_wait_ms or 0.0, trainer=getattr(job, "trainer", None))
 
 
 def advise(result: Result, run, analysis=None) -> Result:

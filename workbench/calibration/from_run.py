@@ -5,11 +5,10 @@ Where the inputs come from:
 
 - an engine run (``workbench train``): its manifest's config, exactly (:mod:`.engine_runs`);
 - any other run: the model the analysis inferred from its traces (``workbench analyze --json``'s
-  ``model`` block: parameters, layers, hidden size, heads, kv heads, head_dim and v_head_dim, FFN,
-  tied head, vocabulary, sequence; a mixture of experts' experts, top_k, shared experts, expert
-  width, dense blocks; latent attention's ranks; micro-batch, micro-batches, dtype, recomputation,
-  the parallel layout with its ep, the optimizer), the GPU and GPU count
-  from the run, the torch stack (DDP + autocast, or FSDP2). ``MODEL`` given beside ``--from-run``
+  ``model`` block: its shape, a mixture of experts' and latent attention's, micro-batch(es), dtype,
+  the parallel layout with its ep, the optimizer; the recomputation its trainer's configuration
+  states, else the one the traces show), the GPUs from the run, the torch stack (DDP + autocast, or
+  FSDP2); the trainer's recomputation modes are the ones searched. ``MODEL`` given beside ``--from-run``
   replaces the inferred model (a run whose model cannot be inferred: a non-transformer, a trace
   recorded without shapes).
 
@@ -81,6 +80,8 @@ class RunJob:
     """What the traces did not say and was assumed, one line each."""
     source: str = "traces"
     """manifest (an engine run's config) | traces (the inferred model) | MODEL (given, the rest inferred)."""
+    trainer: str | None = None
+    """The trainer the analysis recognised (``model.trainer.name``: torchtitan, hf_trainer …), else None."""
     result: Result | None = field(default=None, repr=False, compare=False)
     """The run's analysed result, when it was read (GPU runs)."""
 
@@ -257,8 +258,12 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
         taken["layout"] = full["layout"]
     else:
         assumed.append(f"layout not inferred: data parallel over the {world} rank{'s' * (world != 1)}, no ZeRO")
-    rc = _recompute(f)
-    if rc is None:
+    trainer = result.model.extra.get("trainer") if isinstance(result.model.extra.get("trainer"), dict) else {}
+    rc = _recompute(trainer.get("settings") if isinstance(trainer.get("settings"), dict) else {})
+    if rc is not None:  # the trainer's own configuration says it
+        taken["recompute"] = {"value": rc, "source": f"{trainer.get('title') or trainer.get('name')}'s configuration "
+                                                       f"({trainer.get('source')})", "confidence": "high"}
+    elif (rc := _recompute(f)) is None:
         assumed.append("recomputation not inferred: none")
     else:
         taken["recompute"] = full["recompute_mode" if "recompute_mode" in full else "recompute"]
@@ -302,7 +307,8 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
     return RunJob(name=name, path=str(run.path or name), model=model, layout=layout, global_batch=global_batch,
                   stack=stack, dtype=dtype, gpus=world, device="cuda" if gpu else "cpu",
                   device_name=run.device if gpu else None, measured_step_ms=job_step_ms(result),
-                  measured_peak_bytes=peak_allocated_bytes(result), taken=taken, assumed=tuple(assumed))
+                  measured_peak_bytes=peak_allocated_bytes(result), taken=taken, assumed=tuple(assumed),
+                  trainer=trainer.get("name") if isinstance(trainer.get("name"), str) else None)
 
 
 def _recompute(f: dict) -> str | None:

@@ -59,7 +59,7 @@ def build_request(*, model: str | None = None, gpus: int | None = None, gpu: str
                        dp_overlap=dp_overlap or None, run_stack=run_stack,
                        from_run=None if job is None else job.describe(), run_job=job,
                        zero_at_dp1=None if job is None else job.layout.zero,
-                       recompute_modes=None if job is None else modes_for(None, job.layout.recompute))
+                       recompute_modes=None if job is None else modes_for(job.trainer, job.layout.recompute))
 
 
 def _self_calibrated(job):
