@@ -1,8 +1,11 @@
 """The planner against published large runs : prints the table BENCHMARKS.md holds.
 
-    python -m benchmarks.plan_published            # ~1 s, no GPU, no network
+    python -m benchmarks.plan_published            # a few s, no GPU, no network
 
-The dense runs first (their median error), then the mixture-of-experts runs (theirs).
+The dense runs first (their median error), then the mixture-of-experts runs of the papers (theirs),
+then the published MoE training runs of workbench/plan/published_moe.py (NeMo AutoModel,
+Megatron-Bridge, the Megatron-MoE ModelZoo, torchtitan) with their median error over the held-out
+rows, the peak memory a source reports against the prediction, and the runs that ran out of memory.
 Every row is predicted from the model, cluster and layout its source states, with the planner's
 stated default efficiencies (workbench/plan/efficiency.py) — the same for every paper, none fitted.
 Knobs a source leaves open are chosen by the planner (shown in the layout column as "planner:").
@@ -15,7 +18,8 @@ import sys
 
 
 from workbench.plan.presets import PRESETS  # noqa: E402
-from workbench.plan.published import MOE, median_abs_error, predict_all  # noqa: E402
+from workbench.plan.published import MOE, median_abs_error, predict, predict_all  # noqa: E402
+from workbench.plan.published_moe import OUT_OF_MEMORY, ROWS  # noqa: E402
 
 
 def _layout(p) -> str:
@@ -41,7 +45,8 @@ def _table(preds) -> None:
         r = p.row
         m = PRESETS[r.model]
         paper = {"tflops_per_gpu": f"{r.value:g} TFLOP/s/GPU", "iteration_s": f"{r.value:g} s/iter",
-                 "gpu_hours_per_t_tokens": f"{r.value / 1e3:g}K GPU-hours per 10¹² tokens"}[r.metric]
+                 "gpu_hours_per_t_tokens": f"{r.value / 1e3:g}K GPU-hours per 10¹² tokens",
+                 "tokens_per_gpu_s": f"{r.value:,g} tokens/s/GPU"}[r.metric]
         gpu = r.gpu.replace("A100-SXM4-80GB", "A100 80GB").replace("H100", "H100 80GB")
         if r.links:
             gpu = "H800 (as H100 80GB, NVLink 160 GB/s)"
@@ -60,6 +65,23 @@ def main() -> int:
     moe = predict_all(MOE)
     _table(moe)
     print(f"mixture of experts: median |error| {100 * median_abs_error(moe):.1f} % over {len(moe)} runs")
+    print()
+    runs = predict_all(ROWS)
+    _table(runs)
+    held = [p for p in runs if p.row.split == "held_out"]
+    worst = max(held, key=lambda p: abs(p.error))
+    print(f"published MoE runs: median |error| {100 * median_abs_error(held):.1f} % over {len(held)} held-out runs "
+          f"({100 * median_abs_error(runs):.1f} % over all {len(runs)}); worst {100 * worst.error:+.1f} % "
+          f"({worst.row.model}, {worst.row.gpus} GPUs)")
+    for p in runs:
+        if p.row.memory_gib:
+            got = p.evaluated.memory.total / 2**30
+            print(f"memory {p.row.model} on {p.row.gpus} GPUs: predicted {got:.1f} GiB, reported {p.row.memory_gib:g} GiB "
+                  f"({100 * (got / p.row.memory_gib - 1):+.1f} %)")
+    for r in OUT_OF_MEMORY:
+        p = predict(r)
+        print(f"out of memory as published: {r.model} on {r.gpus} GPUs, {r.note}: predicted "
+              f"{p.evaluated.memory.total / 2**30:.1f} GiB, {'fits' if p.fits else 'does not fit'}")
     return 0
 
 

@@ -5,8 +5,9 @@ docs read. Each family's numbers are its published configuration, cited beside i
 - the bundled engine's sizes (``workbench.format.presets``);
 - Qwen3 dense (Hugging Face ``Qwen/Qwen3-{0.6B,4B,8B}`` config.json): heads × head_dim ≠ hidden,
   q/k norms, the small ones tied;
-- mixture-of-experts: Mixtral 8x7B (``mistralai/Mixtral-8x7B-v0.1`` config.json), Qwen3-30B-A3B
-  (``Qwen/Qwen3-30B-A3B`` config.json), DeepSeek-V3 16B, DeepSeek-V2 236B and DeepSeek-V3 671B as
+- mixture-of-experts: Mixtral 8x7B (``mistralai/Mixtral-8x7B-v0.1`` config.json), Qwen3-30B-A3B and
+  Qwen3-235B-A22B (``Qwen/Qwen3-*`` config.json), gpt-oss 20B and 120B (``openai/gpt-oss-*``
+  config.json), Kimi K2 (``moonshotai/Kimi-K2-Base`` config.json), DeepSeek-V3 16B, DeepSeek-V2 236B and DeepSeek-V3 671B as
   torchtitan's ``deepseek_v3`` model flavors define them (``torchtitan/models/deepseek_v3/__init__.py``:
   ``_16b``, ``_236b``, ``_671b``; the 671B is ``deepseek-ai/DeepSeek-V3``'s config.json without its
   multi-token-prediction layer).
@@ -102,6 +103,20 @@ PRESETS: dict[str, ModelSpec] = {
     # DeepSeek-V3 671B: 61 blocks, the first 3 dense (18,432), then 256 experts of 2,048, top-8,
     # 1 shared; 128 heads, q_lora_rank 1,536; V 129,280
     "deepseek-v3-671b": _deepseek_v3("deepseek-v3-671b", 61, 7168, 128, 129280, 18432, 256, 8, 1, 2048, 3, 1536),
+    # Kimi K2 (moonshotai/Kimi-K2-Base config.json): DeepSeek-V3's shape with 384 experts of 2,048, top-8,
+    # 1 shared, the first block dense, 64 heads; V 163,840
+    "kimi-k2": _deepseek_v3("kimi-k2", 61, 7168, 64, 163840, 18432, 384, 8, 1, 2048, 1, 1536),
+    # Qwen3-235B-A22B (config.json): 94 blocks, each 128 experts of 1,536, top-8, no shared; 64 heads of 128, 4 kv
+    "qwen3-235b-a22b": ModelSpec(name="qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128,
+                                 vocab=151936, seq=4096, experts=128, top_k=8, moe_ffn=1536, qk_norm=True, **_MODERN),
+    # gpt-oss (openai/gpt-oss-{20b,120b} config.json): 64 heads of 64 (8 kv) on h 2,880, biases on the
+    # attention and the experts, experts of 2,880, top-4; V 201,088; every other block a 128-token window
+    "gpt-oss-20b": ModelSpec(name="gpt-oss-20b", layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64, vocab=201088,
+                             seq=4096, experts=32, top_k=4, moe_ffn=2880, gated=True, learned_pos=False, bias=True,
+                             norm="rms"),
+    "gpt-oss-120b": ModelSpec(name="gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64,
+                              vocab=201088, seq=4096, experts=128, top_k=4, moe_ffn=2880, gated=True, learned_pos=False,
+                              bias=True, norm="rms"),
 }
 PRESETS.update(_engine_presets())
 

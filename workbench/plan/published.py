@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workbench.hardware.systems import make_cluster
-from workbench.plan.layout import Layout
+from workbench.plan.layout import RECOMPUTE, Layout
 from workbench.plan.model import ModelSpec
 from workbench.plan.presets import PRESETS
 from workbench.plan.search import Evaluated, PlanRequest, evaluate, layouts
@@ -52,7 +52,7 @@ class Published:
     stated: dict
     """Layout fields the source states (tp, pp, dp, mb, vpp, recompute, sp, zero)."""
     metric: str
-    """tflops_per_gpu | iteration_s | gpu_hours_per_t_tokens."""
+    """tflops_per_gpu | iteration_s | gpu_hours_per_t_tokens | tokens_per_gpu_s."""
     value: float
     """The paper's number."""
     dtype: str = "fp16"
@@ -69,6 +69,10 @@ class Published:
     """(intra, inter) Gbit/s per GPU when not the GPU's usual system (DeepSeek's H800s)."""
     ep_overlap: bool = False
     """The run hid its expert-parallel all-to-alls behind compute (DualPipe)."""
+    split: str = "held_out"
+    """fit (the planner's defaults were chosen looking at it) | held_out (never looked at while choosing them)."""
+    memory_gib: float | None = None
+    """The peak memory per GPU the source reports, where it does."""
 
 
 def _t1(model: str, tp: int, pp: int, n: int, B: int, mb: int, vpp: int, x: float, ddp: str) -> Published:
@@ -167,6 +171,8 @@ def paper_seconds(row: Published) -> float:
         return row.value
     if row.metric == "gpu_hours_per_t_tokens":
         return row.global_batch * m.seq * row.value * 3600 / 1e12 / row.gpus
+    if row.metric == "tokens_per_gpu_s":
+        return row.global_batch * m.seq / (row.gpus * row.value)
     if row.source.startswith("Narayanan"):
         return narayanan_flops(m, row.global_batch) / (row.gpus * row.value * 1e12)
     return m.model_flops_per_token() * row.global_batch * m.seq / (row.gpus * row.value * 1e12)
@@ -190,9 +196,11 @@ class Prediction:
 def predict(row: Published) -> Prediction:
     m = PRESETS[row.model]
     intra, inter = row.links or (None, None)
+    rc = row.stated.get("recompute")
+    modes = RECOMPUTE + ((rc,) if rc and rc not in RECOMPUTE else ())
     req = PlanRequest(model=m, cluster=make_cluster(row.gpu, row.gpus, 8, intra, inter), global_batch=row.global_batch,
                       stack=row.stack, dtype=row.dtype, flash_attention=row.flash_attention, dp_overlap=row.dp_overlap,
-                      ep_overlap=row.ep_overlap or None)
+                      ep_overlap=row.ep_overlap or None, recompute_modes=modes)
     stated = row.stated
     cands = [lay for lay in layouts(req) if all(getattr(lay, k) == v for k, v in stated.items())]
     evs = [evaluate(req, lay, timed=False) for lay in cands]

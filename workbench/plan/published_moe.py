@@ -1,0 +1,88 @@
+"""Published mixture-of-experts training runs, each with its source, the layout it states and what it
+measured: the table ``benchmarks/plan_published.py`` prints and ``tests/plan/test_published_moe.py``
+holds the planner to. A row is ``fit`` (the planner's MoE defaults were chosen looking at it) or
+``held_out`` (never looked at while choosing them): the accuracy is reported on the held-out rows.
+
+Sources (BF16 runs only: the planner has no FP8 model):
+
+- NVIDIA NeMo AutoModel, "Performance Summary", pre-training on DGX-H100, BF16
+  (docs.nvidia.com/nemo/automodel, performance-summary; PyTorch FSDP2 with expert parallelism over
+  DeepEP and Transformer Engine kernels): time per global step, layout (TP, PP, CP, EP, VP, FSDP),
+  global and micro batch, sequence 4,096.
+- NVIDIA Megatron-Bridge, its performance summary page, 25.11 container, DGX-H100, BF16 (Megatron-Core):
+  tokens per second per GPU and the layout.
+- Megatron-MoE-ModelZoo (github yanring/Megatron-MoE-ModelZoo, the Megatron-Core MoE team's),
+  its Qwen3 best-practice readme: Qwen3-235B-A22B on 256 H100, BF16, step times per layout and
+  dispatcher (DeepEP, all-to-all), with and without the A2A overlap of 1F1B.
+- pytorch/torchtitan issue #1789 (2025-10-02): DeepSeek-V3 16B on 8 × H100 80 GB with its shipped
+  config (FSDP 8, EP 8, op-level selective recomputation, seq 4,096): local batch 8 ran out of memory,
+  local batch 4 ran at 11,636 tokens/s per GPU and 73.32 GiB peak reserved (torchtitan's print).
+- The DeepSeek-V2 and V3 reports (:data:`workbench.plan.published.MOE`).
+
+Benchmarks of Megatron-Bridge and the ModelZoo force-balance the routing ("we force-balance the token
+distribution among experts"); AutoModel's and torchtitan's route as trained.
+"""
+
+from __future__ import annotations
+
+from workbench.plan.published import H100, MOE, Published
+
+AUTOMODEL = "NeMo AutoModel performance summary (DGX-H100, BF16)"
+BRIDGE = "Megatron-Bridge performance summary, 25.11 (DGX-H100, BF16)"
+ZOO = "Megatron-MoE-ModelZoo, best_practice/Qwen3 (256 x H100, BF16)"
+TITAN = "pytorch/torchtitan issue #1789 (8 x H100 80GB)"
+
+
+def _automodel(model: str, gpus: int, gbs: int, mbs: int, pp: int, ep: int, vpp: int, step_s: float,
+               split: str) -> Published:
+    # FSDP2 shards over the data-parallel ranks (TP 1, CP 1): dp = GPUs / PP; EP carved from them
+    stated = {"tp": 1, "pp": pp, "dp": gpus // pp, "mb": mbs, "zero": 3, "ep": ep}
+    if pp > 1:
+        stated["vpp"] = vpp
+    return Published(source=AUTOMODEL, model=model, gpu=H100, gpus=gpus, global_batch=gbs, stated=stated,
+                     metric="iteration_s", value=step_s, dtype="bf16", stack="torch", flash_attention=True,
+                     dp_overlap=True, note="FSDP2 + DeepEP", split=split)
+
+
+def _zoo(tp: int, ep: int, pp: int, vpp: int, dp: int, mbs: int, recompute: str, step_s: float, split: str,
+         overlap: bool = False, note: str = "") -> Published:
+    stated = {"tp": tp, "pp": pp, "dp": dp, "mb": mbs, "ep": ep, "recompute": recompute, "zero": 1}
+    if pp > 1:
+        stated["vpp"] = vpp
+    return Published(source=ZOO, model="qwen3-235b-a22b", gpu=H100, gpus=256, global_batch=2048, stated=stated,
+                     metric="iteration_s", value=step_s, dtype="bf16", flash_attention=True, dp_overlap=True,
+                     ep_overlap=overlap, note=note, split=split)
+
+
+ROWS: tuple[Published, ...] = (
+    *MOE,
+    _automodel("deepseek-v3-671b", 1024, 8192, 1, 4, 64, 8, 37.87, "held_out"),
+    _automodel("deepseek-v3-671b", 256, 512, 1, 4, 64, 8, 8.18, "fit"),
+    _automodel("kimi-k2", 256, 512, 1, 8, 32, 4, 8.86, "held_out"),
+    _automodel("qwen3-30b-a3b", 8, 512, 4, 1, 8, 1, 21.773, "fit"),
+    _automodel("gpt-oss-20b", 8, 256, 2, 1, 1, 1, 10.04, "held_out"),
+    _automodel("gpt-oss-120b", 64, 512, 2, 1, 1, 1, 4.30, "held_out"),
+    Published(source=BRIDGE, model="gpt-oss-120b", gpu=H100, gpus=64, global_batch=512,
+              stated={"tp": 1, "pp": 4, "dp": 16, "mb": 4, "ep": 8, "vpp": 1, "zero": 1}, metric="tokens_per_gpu_s",
+              value=5630, dtype="bf16", flash_attention=True, dp_overlap=True, note="Megatron-Core, forced balance",
+              split="held_out"),
+    # ModelZoo's table: TP | CP | EP | PP | EDP | ETP | VPP | DP | FSDP | MBS | GBS | GA | recompute
+    _zoo(2, 32, 8, 4, 16, 1, "selective", 19.7, "fit", note="DeepEP; recompute norm, act"),
+    _zoo(2, 32, 8, 4, 16, 1, "selective", 17.6, "held_out", overlap=True, note="DeepEP, 1F1B A2A overlap; recompute norm, act"),
+    _zoo(2, 8, 1, 1, 128, 4, "full", 17.6, "held_out", note="DeepEP, Megatron FSDP; full recompute"),
+    _zoo(2, 8, 32, 3, 4, 1, "selective", 24.2, "held_out", note="all-to-all dispatcher; recompute norm, act"),
+    _zoo(4, 8, 8, 4, 8, 1, "none", 29.0, "held_out", note="DeepEP"),
+    Published(source=TITAN, model="deepseek-v3-16b", gpu=H100, gpus=8, global_batch=32,
+              stated={"tp": 1, "pp": 1, "dp": 8, "mb": 4, "ep": 8, "zero": 3, "recompute": "op"},
+              metric="tokens_per_gpu_s", value=11636, dtype="bf16", stack="torch", flash_attention=True,
+              dp_overlap=True, note="torchtitan's 16B config, local batch 4", memory_gib=73.32, split="held_out"),
+)
+"""The published MoE runs (DeepSeek's two reports first)."""
+
+OUT_OF_MEMORY: tuple[Published, ...] = (
+    Published(source=TITAN, model="deepseek-v3-16b", gpu=H100, gpus=8, global_batch=64,
+              stated={"tp": 1, "pp": 1, "dp": 8, "mb": 8, "ep": 8, "zero": 3, "recompute": "op"},
+              metric="iteration_s", value=0.0, dtype="bf16", stack="torch", flash_attention=True, dp_overlap=True,
+              note="torchtitan's 16B config as shipped, local batch 8: out of memory", split="held_out"),
+)
+"""Published runs that ran out of memory: the planner must say they do not fit."""
