@@ -11,7 +11,11 @@ indices (refused by the CPU's kernel) gets floats, and the experts' token paddin
 CPU version of its triton kernel. The rest is torchtitan's code.
 
     bash benchmarks/torchtitan_prepare.sh      # corpus/torchtitan (its v0.2.2 source), once
-    PYTHONPATH=$PWD/corpus/torchtitan workbench profile --schedule 1,1,2 benchmarks/titan_gpt_oss_cpu.py --steps 6
+    PYTHONPATH=$PWD:$PWD/corpus/torchtitan python -m workbench profile --out traces/titan_gpt_oss_cpu --schedule 1,1,2 \
+        benchmarks/titan_gpt_oss_cpu.py --steps 5 --seq 128 --vocab 2048 --moe-inter-dim 256
+
+(the debug flavor's 201,088-token vocabulary and 2,880-wide experts made smaller so that a shared
+2-core CPU runs it in minutes; heads, head width, KV heads, sinks and windows are the flavor's).
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--flavor", default="debugmodel")
+    ap.add_argument("--vocab", type=int, default=None, help="the flavor's vocabulary replaced (debugmodel: 201,088)")
+    ap.add_argument("--moe-inter-dim", type=int, default=None, help="the flavor's expert width replaced (debugmodel: 2,880)")
     args = ap.parse_args()
     with _without_triton():
         from torchtitan.models import attention as tt_attention
@@ -90,6 +96,10 @@ def main() -> None:
 
     torch.manual_seed(0)
     margs = dataclasses.replace(gptoss_configs[args.flavor], max_seq_len=args.seq)
+    if args.vocab:
+        margs = dataclasses.replace(margs, vocab_size=args.vocab)
+    if args.moe_inter_dim:
+        margs = dataclasses.replace(margs, moe_inter_dim=args.moe_inter_dim)
     attend = compiled_attention()
     model = GptOssModel(margs)
     with torch.no_grad():

@@ -15,6 +15,9 @@
 #        dim), 4 x 4096 tokens, no recomputation | qwen3_moe dsv3_16b: MoE flavors (wb_moe_flavors:
 #        Qwen3-30B-A3B and DeepSeek 16B layers, 6 of them), 2 x 4096 tokens; torchtitan prints their
 #        MFU from active parameters (models/utils.py get_moe_model_nparams_and_flops)
+#        | gpt_oss_debug: gpt-oss's debug model (sinks, sliding window, compiled FlexAttention), 8 x 2048
+#        | qwen3_moe_op dsv3_16b_op qwen3_1.7b_op: the MoE flavors and Qwen3 1.7B at torchtitan's op-level
+#        selective recomputation (1 x 4096, 2 x 4096, 4 x 4096), for plan --from-run's held-out peaks
 #
 # On the device machine, from the repository root, with carry
 #   [".whl", "corpus/torchtitan", "corpus/torchtitan_ext", "corpus/torchtitan_data"]
@@ -126,6 +129,18 @@ for RUN in "${RUNS[@]}"; do
                      --activation_checkpoint.mode none --training.seq_len 4096 --training.local_batch_size 2 ;;
     dsv3_16b)      run_one "$RUN" 120 --model.name deepseek_v3 --model.flavor 16B-6L --experimental.custom_import wb_moe_flavors \
                      --activation_checkpoint.mode none --training.seq_len 4096 --training.local_batch_size 2 ;;
+    # torchtitan's gpt-oss debug model (attention sinks, sliding-window layers, FlexAttention compiled:
+    # no aten attention op in the trace), its debug config's batch 8 x 2048
+    gpt_oss_debug) run_one "$RUN" 100 --model.name gpt_oss --model.flavor debugmodel --activation_checkpoint.mode none \
+                     --training.seq_len 2048 --training.local_batch_size 8 ;;
+    # op-level selective recomputation (torchtitan's default selective option) on its MoE and tied dense
+    # families: held-out peaks for plan --from-run (workbench/plan/recompute.py)
+    qwen3_moe_op)  run_one "$RUN" 100 --model.name qwen3 --model.flavor 30B-A3B-6L --experimental.custom_import wb_moe_flavors \
+                     "${SEL[@]}" --training.seq_len 4096 --training.local_batch_size 1 ;;
+    dsv3_16b_op)   run_one "$RUN" 100 --model.name deepseek_v3 --model.flavor 16B-6L --experimental.custom_import wb_moe_flavors \
+                     "${SEL[@]}" --training.seq_len 4096 --training.local_batch_size 2 ;;
+    qwen3_1.7b_op) run_one "$RUN" 90 --model.name qwen3 --model.flavor 1.7B "${SEL[@]}" \
+                     --training.seq_len 4096 --training.local_batch_size 4 ;;
     *) echo "unknown run $RUN" | tee -a "$OUT/summary.txt" ;;
   esac
 done
