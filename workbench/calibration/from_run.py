@@ -259,10 +259,9 @@ def run_model(result: Result, *, name: str = "the run", model: ModelSpec | None 
     else:
         assumed.append(f"layout not inferred: data parallel over the {world} rank{'s' * (world != 1)}, no ZeRO")
     trainer = result.model.extra.get("trainer") if isinstance(result.model.extra.get("trainer"), dict) else {}
-    rc = _recompute(trainer.get("settings") if isinstance(trainer.get("settings"), dict) else {})
-    if rc is not None:  # the trainer's own configuration says it
-        taken["recompute"] = {"value": rc, "source": f"{trainer.get('title') or trainer.get('name')}'s configuration "
-                                                       f"({trainer.get('source')})", "confidence": "high"}
+    if (rc := _recompute(trainer.get("settings") if isinstance(trainer.get("settings"), dict) else {})) is not None:
+        taken["recompute"] = {"value": rc, "confidence": "high",  # the trainer's own configuration says it
+                              "source": f"{trainer.get('title') or trainer.get('name')}'s configuration ({trainer.get('source')})"}
     elif (rc := _recompute(f)) is None:
         assumed.append("recomputation not inferred: none")
     else:
