@@ -29,6 +29,15 @@ The texts are PyTorch's own (``c10/cuda/CUDACachingAllocator.cpp``, ``c10/core/i
 
 Sizes are c10's ``format_size``: ``N bytes``, then KiB, MiB, GiB with two decimals (so a figure is
 known to ±0.005 of its unit). No torch here: these are strings from the run's status files.
+
+Parsing takes time linear in the text, whatever it holds: a message is cut to its first and last
+:data:`KEEP_CHARS` characters (:func:`clipped`: the kind of failure is said at the head, an
+out-of-memory's figures at the tail of a traceback; a real NCCL watchdog message carries every
+rank's collective list, a MiB on one line), and every pattern is anchored on literal words with
+bounded repeats, so no pattern backtracks over what it scanned (a lazy ``.*?`` before a word that
+never comes made a 256 KiB watchdog text take 4 s, a 1 MiB one minutes). A figure of more digits
+than any real one (a 400-digit GiB, a timeout of 10^400 ms) is not read: the message still says
+what kind of failure it was, without that number.
 """
 
 from __future__ import annotations
@@ -37,7 +46,23 @@ import re
 from typing import Any
 
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50}
-_SIZE = r"([0-9]+(?:\.[0-9]+)?) (bytes|KiB|MiB|GiB|TiB|PiB)"
+_SIZE = r"(?<![0-9.])([0-9]{1,20}(?:\.[0-9]{1,6})?) (bytes|KiB|MiB|GiB|TiB|PiB)"
+"""A size as c10 prints it; a number that starts inside another or runs past 20 digits is none (and
+the look-behind keeps a search from restarting at every digit of a long run of them)."""
+_INT = r"(?<![0-9])([0-9]{1,18})(?![0-9])"
+"""A whole number as PyTorch prints ranks, pids, sequence numbers and milliseconds: 1-18 digits."""
+
+KEEP_CHARS = 32 << 10
+"""Characters of a failure message read from each end: a traceback's first lines say where it
+started, its last lines what failed (an out-of-memory's figures are its last line)."""
+
+
+def clipped(text: str) -> str:
+    """``text`` as parsed: whole up to 2 × :data:`KEEP_CHARS` characters, else its head and tail
+    with a marker between (so that no figure is read across the cut)."""
+    if len(text) <= 2 * KEEP_CHARS:
+        return text
+    return text[:KEEP_CHARS] + f"\n… [{len(text) - 2 * KEEP_CHARS:,} characters left out] …\n" + text[-KEEP_CHARS:]
 
 FRAGMENTED_FRACTION = 0.10
 """Reserved but unallocated memory above this share of the device is named as fragmentation: the
@@ -56,11 +81,11 @@ def _find(pattern: str, text: str) -> int | None:
     return size_bytes(m.group(1), m.group(2)) if m else None
 
 
-_MODERN = re.compile(r"(CUDA|HIP) out of memory\. Tried to allocate " + _SIZE + r"\. GPU (\d+) has a total "
+_MODERN = re.compile(r"(CUDA|HIP) out of memory\. Tried to allocate " + _SIZE + r"\. GPU " + _INT + r" has a total "
                      r"capac(?:i)?ty of " + _SIZE + r" of which " + _SIZE + r" is free\.")
-_LEGACY = re.compile(r"(CUDA|HIP) out of memory\. Tried to allocate " + _SIZE + r" \(GPU (\d+); " + _SIZE
+_LEGACY = re.compile(r"(CUDA|HIP) out of memory\. Tried to allocate " + _SIZE + r" \(GPU " + _INT + r"; " + _SIZE
                      + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;")
-_CPU = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate ([0-9]+) bytes")
+_CPU = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate ([0-9]{1,20}) bytes")
 _GENERIC = re.compile(r"(CUDA|HIP) out of memory|CUDA error: out of memory|OutOfMemoryError")
 
 
@@ -76,6 +101,7 @@ def parse_oom(text: str | None) -> dict[str, Any] | None:
     the CUDA context, NCCL's buffers, cuBLAS workspaces)."""
     if not text:
         return None
+    text = clipped(text)
     m = _MODERN.search(text)
     if m:
         out: dict[str, Any] = {"device_kind": m.group(1).lower(), "format": "torch>=2.1",
@@ -88,7 +114,7 @@ def parse_oom(text: str | None) -> dict[str, Any] | None:
             out["allowed_bytes"] = allowed
         own = _find(r"this process has " + _SIZE + r" memory in use", rest)
         others = [{"pid": int(p), "bytes": size_bytes(n, u)}
-                  for p, n, u in re.findall(r"Process (\d+) has " + _SIZE + r" memory in use", rest)]
+                  for p, n, u in re.findall(r"Process " + _INT + r" has " + _SIZE + r" memory in use", rest)]
         if own is not None:
             out["process_bytes"] = own
         if others:
@@ -106,7 +132,7 @@ def parse_oom(text: str | None) -> dict[str, Any] | None:
             out["reserved_bytes"] = alloc + unalloc
             if own is not None:
                 out["non_pytorch_bytes"] = max(0, own - alloc - unalloc)
-        return out
+        return consistent(out)
     m = _LEGACY.search(text)
     if m:
         out = {"device_kind": m.group(1).lower(), "format": "torch 1.x",
@@ -123,7 +149,7 @@ def parse_oom(text: str | None) -> dict[str, Any] | None:
             out["reserved_bytes"] = out["allocated_bytes"] + cached
         if "reserved_bytes" in out:
             out["reserved_unallocated_bytes"] = max(0, out["reserved_bytes"] - out["allocated_bytes"])
-        return out
+        return consistent(out)
     m = _CPU.search(text)
     if m:
         return {"device_kind": "cpu", "format": "cpu", "tried_to_allocate_bytes": int(m.group(1))}
@@ -132,6 +158,33 @@ def parse_oom(text: str | None) -> dict[str, Any] | None:
         kind = "hip" if "HIP" in m.group(0) else "cuda"
         return {"device_kind": kind, "format": "unparsed"}
     return None
+
+
+_BOUNDS = (("free_bytes", "capacity_bytes", "free", "the capacity"), ("allowed_bytes", "capacity_bytes", "allowed", "the capacity"),
+           ("process_bytes", "capacity_bytes", "in use by this process", "the capacity"),
+           ("reserved_bytes", "capacity_bytes", "reserved", "the capacity"),
+           ("allocated_bytes", "capacity_bytes", "allocated", "the capacity"),
+           ("allocated_bytes", "reserved_bytes", "allocated", "what is reserved"),
+           ("reserved_unallocated_bytes", "capacity_bytes", "reserved but unallocated", "the capacity"))
+"""(figure, bound, words): what a device's allocator can state. A request larger than the device is
+possible (that is the error); memory free, held or handed out beyond the device is not."""
+
+
+def consistent(oom: dict[str, Any]) -> dict[str, Any]:
+    """``oom`` (:func:`parse_oom`) with each figure past its bound (:data:`_BOUNDS`) left out and named in
+    ``inconsistent`` (a list of one-line reasons): an edited or garbled message states no impossible
+    figure as fact."""
+    out = dict(oom)
+    why = []
+    for fig, bound, words, bound_words in _BOUNDS:
+        a, b = out.get(fig), out.get(bound)
+        if a is not None and b is not None and a > b:
+            why.append(f"{a / (1 << 30):,.2f} GiB {words} is more than {bound_words} ({b / (1 << 30):,.2f} GiB)")
+            del out[fig]
+    if why:
+        out["inconsistent"] = why
+        out.pop("non_pytorch_bytes", None)
+    return out
 
 
 def fragmented(oom: dict[str, Any]) -> bool:
@@ -144,10 +197,12 @@ def fragmented(oom: dict[str, Any]) -> bool:
     return unalloc >= FRAGMENTED_FRACTION * cap and (want is None or unalloc >= want)
 
 
-_WATCHDOG = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: (\w+)\((.*?)\) ran for (\d+) "
-                       r"milliseconds")
-_GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (\w+) operation")
-_PEER = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|ProcessGroupNCCL.*(?:aborted|abort)|"
+_WATCHDOG = re.compile(r"\[Rank " + _INT + r"\] Watchdog caught collective operation timeout: (\w{1,64})"
+                       r"\(((?:[^()\n]|\([^()\n]{0,16}\)){0,1024})\) ran for " + _INT + r" milliseconds")
+"""The work's fields between its parentheses (``Timeout(ms)=…`` holds a pair of its own), at most
+1,024 characters: each start scans to the next bracket at most, so the search stays linear."""
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting " + _INT + r"ms for (\w{1,64}) operation")
+_PEER = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|ProcessGroupNCCL[^\n]{0,512}?abort|"
                    r"NCCL communicator was aborted|DistNetworkError|DistBackendError")
 
 
@@ -157,6 +212,7 @@ def parse_timeout(text: str | None) -> dict[str, Any] | None:
     long it waited and for which transfer."""
     if not text:
         return None
+    text = clipped(text)
     m = _WATCHDOG.search(text)
     if m:
         fields = dict(kv.split("=", 1) for kv in m.group(3).split(", ") if "=" in kv)
@@ -164,12 +220,17 @@ def parse_timeout(text: str | None) -> dict[str, Any] | None:
         if "OpType" in fields:
             out["op"] = fields["OpType"]
         for key, name in (("SeqNum", "seq"), ("Timeout(ms)", "timeout_ms")):
-            if fields.get(key, "").isdigit():
+            if re.fullmatch(r"[0-9]{1,18}", fields.get(key, "")):
                 out[name] = int(fields[key])
         return out
     m = _GLOO_TIMEOUT.search(text)
     if m:
         return {"backend": "gloo", "timeout_ms": int(m.group(1)), "op": m.group(2)}
+    # the same messages with a figure past any real one: a timeout still, its numbers not read
+    if "Watchdog caught collective operation timeout" in text:
+        return {"backend": "nccl"}
+    if "Timed out waiting " in text and " operation" in text:
+        return {"backend": "gloo"}
     return None
 
 
@@ -180,7 +241,7 @@ def classify(text: str | None) -> str:
         return "out_of_memory"
     if parse_timeout(text):
         return "collective_timeout"
-    if text and _PEER.search(text):
+    if text and _PEER.search(clipped(text)):
         return "peer_failure"
     return "error"
 
@@ -206,7 +267,7 @@ def run_failure(manifest: dict | None) -> dict[str, Any] | None:
     for key, info in ranks.items():
         if not isinstance(info, dict):
             continue
-        error = info.get("error") if isinstance(info.get("error"), str) else None
+        error = clipped(info["error"]) if isinstance(info.get("error"), str) else None
         code = info.get("exit_code")
         if not error and (not isinstance(code, int) or code == 0):
             continue
@@ -217,7 +278,7 @@ def run_failure(manifest: dict | None) -> dict[str, Any] | None:
         steps = info.get("steps")
         entry = {"rank": rank, "error": error, "kind": classify(error), "exit_code": code,
                  "step": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
-                 **{k: info.get(k) for k in ("error_type", "phase", "where", "profiler_phase") if isinstance(info.get(k), str)}}
+                 **{k: info.get(k) for k in ("error_type", "phase", "where", "profiler_phase", "device") if isinstance(info.get(k), str)}}
         if (oom := parse_oom(error)) is not None:
             entry["oom"] = oom
         if (timeout := parse_timeout(error)) is not None:
@@ -229,12 +290,14 @@ def run_failure(manifest: dict | None) -> dict[str, Any] | None:
     for e in failed:
         del e["_end"]
     died = [int(r) for r in m.get("ranks_died") or [] if isinstance(r, int) and not isinstance(r, bool)]
-    error = m.get("error") if isinstance(m.get("error"), str) else None
+    error = clipped(m["error"]) if isinstance(m.get("error"), str) else None
     if not failed and error:  # an older manifest, or a launcher that saw the error itself
         failed = [{"rank": None, "error": error, "kind": classify(error), "step": None}]
         if (oom := parse_oom(error)) is not None:
             failed[0]["oom"] = oom
+        if (timeout := parse_timeout(error)) is not None:
+            failed[0]["timeout"] = timeout
     return {"exit_code": m.get("exit_code"), "error": error, "signal": m.get("signal"), "ranks_died": died, "ranks": failed}
 
 
-__all__ = ["FRAGMENTED_FRACTION", "classify", "fragmented", "gib", "parse_oom", "parse_timeout", "run_failure", "size_bytes"]
+__all__ = ["FRAGMENTED_FRACTION", "KEEP_CHARS", "classify", "clipped", "consistent", "fragmented", "gib", "parse_oom", "parse_timeout", "run_failure", "size_bytes"]

@@ -68,6 +68,9 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
         evidence["memory_by_category"] = {k: v["gib"] for k, v in ctx.memory_by_category["by_category"].items()}
         evidence["memory_by_category_source"] = {k: v["source"] for k, v in ctx.memory_by_category["by_category"].items()}
     evidence["error"] = (e.get("error") or "")[:600]
+    if oom.get("inconsistent"):
+        evidence["inconsistent"] = oom["inconsistent"]
+    gpu_message_on_cpu = e.get("device") == "cpu" and oom.get("device_kind") in ("cuda", "hip")
     who = f"rank {rank}" if rank is not None else "a rank"
     if oom.get("device_kind") == "cpu":
         title = f"host memory exhausted on {who} {_where(shown)}".rstrip() + (
@@ -79,6 +82,12 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
             figs.append(f"tried to allocate {oom['tried_to_allocate_bytes'] / 2**30:.2f} GiB")
         if oom.get("free_bytes") is not None and oom.get("capacity_bytes"):
             figs.append(f"{oom['free_bytes'] / 2**30:.2f} GiB free of {oom['capacity_bytes'] / 2**30:.1f} GiB")
+        if gpu_message_on_cpu:  # the figures are the message's, not this run's device: said, not stated as its own
+            figs = ["a GPU's message from a rank that ran on the CPU" + (f" ({', '.join(figs)}: the message's figures, "
+                                                                       "not this run's device)" if figs else "")]
+            evidence["inconsistent"] = [*evidence.get("inconsistent", []), "a GPU's out-of-memory message from a rank on the CPU"]
+        if oom.get("inconsistent"):
+            figs.append(f"its figures disagree ({'; '.join(oom['inconsistent'])}): left out")
         title = f"out of memory on {who} {_where(shown)}".replace("  ", " ").rstrip() + (": " + ", ".join(figs) if figs else "")
     fixes = memory_fixes(ctx.model())
     rec = "make the step fit: " + _or(fixes)
