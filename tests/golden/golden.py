@@ -19,8 +19,6 @@ from typing import Any, Iterator
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "traces"
 GOLDEN = Path(__file__).resolve().parent / "analyze.json.gz"
-# the run roots under traces/ (traces/README.md): the sample runs, the corpus, the public traces
-ROOTS = ("", "corpus", "public")
 RUN_TOKEN = "<RUN>"
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
@@ -32,12 +30,7 @@ def committed_runs() -> list[tuple[str, Path]]:
     a manifest or trace files in it; the name is the path relative to traces/."""
     from workbench.load.run import find_runs
 
-    out = []
-    for sub in ROOTS:
-        for r in find_runs(TRACES / sub if sub else TRACES):
-            p = Path(r["path"])
-            out.append((p.relative_to(TRACES).as_posix(), p))
-    return sorted(out)
+    return sorted((r["name"], Path(r["path"])) for r in find_runs(TRACES))
 
 
 def cli(*argv: str) -> tuple[int, str, str]:

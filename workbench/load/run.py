@@ -29,6 +29,7 @@ from workbench.format.kineto import RANK_FILE, trace_files
 from workbench.format.errors import TraceError, WorkbenchError
 from workbench.load import beside, completeness, jobs
 from workbench.load.jobs import Candidate
+from workbench.load.state import STATUS_FILE, gist, run_state
 from workbench.load.trace import Trace, read_trace
 
 
@@ -226,7 +227,9 @@ def locate(path: Path | str) -> tuple[Run, list[Path]]:
                              f"~0.1 s and more with its trace's size): analyse a directory of the ranks to look at, or "
                              f"raise the cap with {MAX_RANKS_ENV}=N")
     found = discover.find(path, files)
-    if not found.taken and not manifest:
+    # the ranks' status files are evidence of a run too: a failed job copied without its manifest, before any trace
+    statuses = not found.taken and not manifest and any(STATUS_FILE.fullmatch(p.name) for p in path.iterdir())
+    if not found.taken and not manifest and not statuses:
         skipped = f" ({found.skipped_text()})" if found.skipped else ""
         raise WorkbenchError(f"{path}: no manifest.json and no trace files (*.json[.gz] holding traceEvents){skipped}; "
                              "is this a run directory?")
@@ -247,13 +250,26 @@ def rank_of(trace, file: Path) -> int:
     return named if named is not None else 0
 
 
+def _world(run: Run) -> int | None:
+    """The job's world size as the manifest, else the traces, state it (None: unknown)."""
+    world = run.manifest.get("world_size")
+    if isinstance(world, int) and not isinstance(world, bool) and world > 0:
+        return world
+    return max((t.world_size for t in run.rank_info.values() if isinstance(getattr(t, "world_size", None), int)),
+               default=0) or None
+
+
 def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
-    """Add the per-rank files beside the traces (:mod:`workbench.load.beside`), put the ranks on one
+    """Add the per-rank files beside the traces (:mod:`workbench.load.beside`, each checked), read how the
+    run ended from its manifest and status files (:mod:`workbench.load.state`), put the ranks on one
     clock, say what the reader must know (:func:`workbench.load.completeness.notes`), note a failed
     run, and read the records of windows opened on the job and of a hang."""
     if not path.is_file():  # the per-rank files the capture wrote beside the traces
-        for r, name, value in beside.rank_files(path, wanted, run.warnings):
+        for r, name, value in beside.rank_files(path, wanted, run.warnings, _world(run)):
             setattr(run.ranks.setdefault(r, RankData(rank=r, trace=None)), name, value)
+        world = run.manifest.get("world_size") if isinstance(run.manifest.get("world_size"), int) else None
+        run.manifest, notes = run_state(path, run.manifest, world, wanted)
+        run.warnings.extend(notes)
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
     # how the traces were read, and with all the ranks asked for, whether that is the whole job on one kind of device
@@ -261,9 +277,7 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
     manifest = run.manifest
     if manifest.get("status") == contract.STATUS_FAILED:
         error = manifest.get("error") if isinstance(manifest.get("error"), str) else ""
-        line = error.splitlines()[0] if error else ""
-        line = line if len(line) <= 240 else line[:239] + "…"
-        run.warnings.append(f"the run failed: {line or 'exit code ' + str(manifest.get('exit_code'))}")
+        run.warnings.append(f"the run failed: {gist(error, 240) or 'exit code ' + str(manifest.get('exit_code'))}")
     if not path.is_file():  # what the capture wrote when windows opened on the job or it hung
         root = path / contract.WINDOWS
         if root.is_dir():
@@ -322,8 +336,34 @@ def align_clocks(traces: dict) -> None:
             t.clock_offset_us, t.clock_source = 0.0, "none"
 
 
+MAX_RUN_DEPTH = 4
+"""How deep under a traces root runs are looked for (``traces/corpus/<run>`` is 2 deep)."""
+MAX_DIRS_LISTED = 20_000
+"""Directories looked at under a root: the list stays quick whatever the root holds."""
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """Directories under ``root`` that hold a manifest or trace files, breadth first to
+    :data:`MAX_RUN_DEPTH`; a run's own subfolders and hidden ones (the analysis cache) are not searched."""
+    out, todo, seen = [], [(root, 0)], 0
+    while todo and seen < MAX_DIRS_LISTED:
+        d, depth = todo.pop(0)
+        try:
+            children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and not p.is_symlink())
+        except OSError:
+            continue
+        for c in children:
+            seen += 1
+            if (c / contract.MANIFEST).exists() or trace_files(c):
+                out.append(c)
+            elif depth + 1 < MAX_RUN_DEPTH:
+                todo.append((c, depth + 1))
+    return out
+
+
 def find_runs(root: Path | str) -> list[dict[str, Any]]:
-    """Every run under ``root`` (directories holding a manifest or traces), newest first.
+    """Every run under ``root`` (directories holding a manifest or traces, in subfolders too: a run's
+    ``name`` is its path relative to ``root``, ``corpus/hf_trainer_gpu``), newest first.
 
     Reads manifests only (cheap): the app's run list and ``workbench analyze`` of a root.
     """
@@ -331,16 +371,14 @@ def find_runs(root: Path | str) -> list[dict[str, Any]]:
     out = []
     if not root.is_dir():
         return out
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+    for d in _run_dirs(root):
         has_manifest = (d / contract.MANIFEST).exists()
-        if not has_manifest and not trace_files(d):
-            continue
         try:
             m = read_manifest(d)
         except TraceError as e:
             m = {"status": "unreadable", "error": str(e)}
         out.append({
-            "name": d.name,
+            "name": d.relative_to(root).as_posix(),
             "path": d,
             "status": m.get("status", "bare" if not has_manifest else "unknown"),
             "world_size": m.get("world_size") or len(trace_files(d)) or None,

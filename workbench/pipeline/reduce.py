@@ -176,7 +176,7 @@ def load_reduced(path: Path | str, frames: Sequence[Frame], workers: int | None 
 
         # a run without traces (a job that failed before one was written) is cached too: its verdict is the failure
         summaries, hit = _cache.summaries(run.path, files, params, frames, compute, use=cache)
-        if hit and progress:
+        if hit and progress and files:  # a run without traces has no file to name
             progress(len(files), len(files), files[-1])
         run.params = params
         return [Candidate(s.rank, s) for s in summaries]

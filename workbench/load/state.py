@@ -1,0 +1,108 @@
+"""How a run ended, from all its evidence: the manifest, the ranks' status files and the error texts.
+
+The launcher writes ``status: running`` into the manifest when the job starts and folds the ranks'
+``status_rank{r}.json`` into it when the job ends. A launcher that was killed (the scheduler's time
+limit, a node lost, ``kill -9``) never folds them: the manifest still says ``running`` while each rank
+recorded its out-of-memory error or its collective timeout; a run copied without its manifest has only
+the status files. So the status files are always read: a rank that exited non-zero or recorded an error
+makes the run failed whatever the manifest says (with a warning that says which evidence disagreed), and
+an error text in the manifest makes it failed too. The manifest returned is the one analysis reads: its
+``ranks`` hold the status files' fields where the manifest lacked them, and ``status``, ``exit_code``
+and ``error`` say how the run ended. A run that failed is never analysed as a healthy one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from workbench.format import contract
+from workbench.format.printable import printable
+from workbench.load.run_files import check_status, read_json
+
+STATUS_FILE = re.compile(r"status_rank([0-9]{1,7})\.json")
+
+
+def _failed(info: dict) -> bool:
+    code = info.get("exit_code")
+    error = info.get("error")
+    return (isinstance(code, int) and not isinstance(code, bool) and code != 0) or (isinstance(error, str) and bool(error.strip()))
+
+
+def gist(text: str, limit: int = 160) -> str:
+    """The line of an error text that says what failed, escaped and cut to ``limit`` characters: a
+    traceback's last line (the exception), else the first."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()] if isinstance(text, str) else []
+    line = (lines[-1] if "Traceback (most recent call last)" in lines[0] else lines[0]) if lines else ""
+    line = printable(line.strip(), one_line=True)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def statuses(path: Path, wanted: set[int] | None = None) -> tuple[dict[int, dict], list[str]]:
+    """rank → the rank's status file (checked: workbench.load.run_files.check_status), and warnings."""
+    out: dict[int, dict] = {}
+    notes: list[str] = []
+    for f in sorted(path.glob("status_rank*.json")):
+        m = STATUS_FILE.fullmatch(f.name)
+        if not m:
+            continue  # not a name of the contract: load.run's stray-file note names it
+        rank = int(m.group(1))
+        if wanted is not None and rank not in wanted:
+            continue
+        doc, note = read_json(f)
+        if note:
+            notes.append(note)
+        if doc is None:
+            continue
+        doc, note = check_status(doc, f.name)
+        if note:
+            notes.append(note)
+        out[rank] = doc
+    return out, notes
+
+
+def run_state(path: Path, manifest: dict[str, Any], world_size: int | None,
+              wanted: set[int] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(the manifest as analysis reads it: how the run ended from all its evidence, warnings)."""
+    found, notes = statuses(path, wanted)
+    if world_size:
+        beyond = sorted(r for r in found if r >= world_size)
+        if beyond:
+            notes.append(f"status file{'s' * (len(beyond) != 1)} of rank{'s' * (len(beyond) != 1)} "
+                         f"{', '.join(map(str, beyond[:5]))} beyond the job's {world_size}: ignored")
+            found = {r: d for r, d in found.items() if r < world_size}
+    m = dict(manifest)
+    ranks = m.get("ranks") if isinstance(m.get("ranks"), dict) else {}
+    ranks = {str(k): dict(v) if isinstance(v, dict) else v for k, v in ranks.items()}
+    for r, doc in sorted(found.items()):
+        key = str(r)
+        have = ranks.get(key) if isinstance(ranks.get(key), dict) else {}
+        ranks[key] = {**doc, **{k: v for k, v in have.items() if v is not None}, "rank": r}
+    if ranks:
+        m["ranks"] = ranks
+    status = m.get("status")
+    failing = sorted((int(k), v) for k, v in ranks.items() if isinstance(v, dict) and k.isdigit() and _failed(v))
+    error = m.get("error") if isinstance(m.get("error"), str) and m["error"].strip() else None
+    if status != contract.STATUS_FAILED and (failing or error):
+        said = {None: "no manifest.json", contract.STATUS_RUNNING: "the manifest still says the run is running",
+                contract.STATUS_OK: "the manifest says the run ended ok"}.get(
+            status if manifest else None, f"the manifest says {printable(str(status), one_line=True)[:40]!r}")
+        if failing:
+            r, info = failing[0]
+            why = gist(info.get("error") or "") or f"exit code {info.get('exit_code')}"
+            evidence = f"rank {r}'s status file says it failed ({why})"
+            if not error:
+                m["error"] = f"rank {r}: {info['error']}" if isinstance(info.get("error"), str) else None
+            if m.get("exit_code") in (None, 0) and isinstance(info.get("exit_code"), int):
+                m["exit_code"] = info["exit_code"]
+        else:
+            evidence = f"its error says {gist(error)!r}"
+        notes.append(f"{said}, but {evidence}: analysed as a failed run")
+        m["status"] = contract.STATUS_FAILED
+        if m.get("exit_code") in (None, 0):
+            m["exit_code"] = 1
+    return m, notes
+
+
+__all__ = ["STATUS_FILE", "gist", "run_state", "statuses"]
