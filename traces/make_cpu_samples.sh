@@ -27,6 +27,8 @@ run fault_redundant_allgather $E/ddp_tiny.toml faults.redundant_allgather=true
 run fault_slow_data   $E/ddp_tiny.toml   faults.slow_data=true
 # the learning rate x1000 for optimizer step 4: the loss jumps ~3x from step 5 on
 run fault_lr_spike    $E/ddp_tiny.toml   faults.lr_spike_step=4
+# the learning rate x1e30 for optimizer step 4: the weights overflow, the loss is NaN from step 5 on
+run fault_nan_loss    $E/ddp_tiny.toml   faults.lr_spike_step=4 faults.lr_spike_factor=1e30
 # mixture of experts (8 experts, top-2, ep = 2 over all_to_all), the router balanced by the
 # auxiliary-loss-free bias; its twin skewed on purpose (every token picks expert 0: max / mean load
 # = 8 / 2 = 4, MaxVio 3). Steps 15-17 recorded, after 14 steps of balancing

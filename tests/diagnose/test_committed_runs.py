@@ -43,6 +43,7 @@ def test_healthy_engine_run_has_no_warning():
     ("exposed_communication", "ddp_fixed_data", "ddp_slow_data"),
     ("oom_risk", "gpu_memory_heavy", "gpu_fixed_data"),
     ("training_instability", "fault_lr_spike", "engine_healthy"),
+    ("nonfinite_loss", "fault_nan_loss", "fault_lr_spike"),
     ("expert_imbalance", "engine_moe_skewed", "engine_moe_balanced"),
 ])
 def test_rule_fires_on_the_planted_problem_only(rule, fires, quiet):

@@ -33,6 +33,7 @@ FIRING = {
     "redundant_allgather": TRACES / "fault_redundant_allgather",
     "exposed_communication": TRACES / "fault_lr_spike",
     "training_instability": TRACES / "fault_lr_spike",
+    "nonfinite_loss": TRACES / "fault_nan_loss",
     "oom_risk": TRACES / "corpus" / "torchtitan_8b_full_gpu",
     "memory_fragmentation": TRACES / "corpus" / "torchtitan_8b_full_gpu",
     "low_gpu_utilization": TRACES / "gpu_fsdp2_370m",

@@ -19,6 +19,7 @@ from workbench.diagnose.rules import (  # noqa: F401  (imported to register)
     mid_run_slowdown,
     expert_imbalance,
     pipeline_bubble,
+    nonfinite_loss,
     training_instability,
     low_mfu,
     fp32_matmul,

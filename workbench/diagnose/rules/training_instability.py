@@ -5,7 +5,8 @@ profiled ones; the engine writes them with ``workbench.capture.record_metrics``)
 value above ``LOSS_SPIKE_FACTOR`` (loss) / ``GRAD_SPIKE_FACTOR`` (grad norm) × the median of
 the previous ``WINDOW`` steps (at least ``MIN_HISTORY`` of them).
 
-Thresholds: a non-finite loss or grad norm is critical (the run is lost without a restart);
+A non-finite loss is ``nonfinite_loss``'s finding (not repeated here); a spike before it is this one's.
+Thresholds: a non-finite grad norm is critical (the run is lost without a restart);
 a loss spike or a grad-norm spike is a warning. Factors are ours: noise on a healthy loss curve
 is a few percent, and PaLM (Chowdhery et al. 2022, §5.1) restarts ~100 steps before spikes
 "of roughly 2× the loss"; grad-norm clipping is usually set near the typical norm, so 5× is far
@@ -33,8 +34,8 @@ def _spikes(values: pd.Series, factor: float) -> np.ndarray:
 
 
 @rule("training_instability", reads=(), group="stability",  # the steps CSVs only
-      summary="non-finite loss/grad norm (critical), spikes vs the recent median (warning)",
-      threshold=f"non-finite: critical; a spike > {LOSS_SPIKE_FACTOR:g}× (loss) / {GRAD_SPIKE_FACTOR:g}× (grad norm) "
+      summary="non-finite grad norm (critical), loss and grad-norm spikes vs the recent median (warning)",
+      threshold=f"non-finite grad norm: critical; a spike > {LOSS_SPIKE_FACTOR:g}× (loss) / {GRAD_SPIKE_FACTOR:g}× (grad norm) "
                 f"the previous {WINDOW} steps' median: warning",
       source="PaLM §5.1 (~2× loss spikes); ours")
 def training_instability(ctx: Context) -> Diagnosis | None:
@@ -43,15 +44,20 @@ def training_instability(ctx: Context) -> Diagnosis | None:
         if df is None or df.empty:
             continue
         for col, factor in (("loss", LOSS_SPIKE_FACTOR), ("grad_norm", GRAD_SPIKE_FACTOR)):
-            if col not in df or df[col].isna().all():
+            marked = f"{col}_nonfinite" in df and df[f"{col}_nonfinite"].fillna(False).astype(bool).any()
+            if col not in df or (df[col].isna().all() and not marked):
                 continue
             v = pd.to_numeric(df[col], errors="coerce")
-            present = df[col].notna().to_numpy()
-            bad = present & ~np.isfinite(v.to_numpy(float, na_value=np.nan))
-            bad |= present & v.isna().to_numpy()  # "nan"/"inf" strings that did not parse
-            for i in np.flatnonzero(bad):
+            if f"{col}_nonfinite" in df:  # the checked reader kept "nan" apart from an empty cell
+                bad = df[f"{col}_nonfinite"].fillna(False).to_numpy(bool)
+            else:
+                present = df[col].notna().to_numpy()
+                bad = present & ~np.isfinite(v.to_numpy(float, na_value=np.nan))
+                bad |= present & v.isna().to_numpy()  # "nan"/"inf" strings that did not parse
+            for i in np.flatnonzero(bad) if col != "loss" else ():  # a non-finite loss: nonfinite_loss
                 found.append({"rank": int(rank), "step": int(df["step"].iloc[i]), "metric": col, "kind": "non_finite",
                               "value": str(df[col].iloc[i])})
+            v = v.where(~bad)
             for i in np.flatnonzero(_spikes(v, factor) & ~bad):
                 prev = v.iloc[max(0, i - WINDOW):i].median()
                 found.append({"rank": int(rank), "step": int(df["step"].iloc[i]), "metric": col, "kind": "spike",
