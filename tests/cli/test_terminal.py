@@ -1,5 +1,6 @@
 """The terminal a newcomer has: 80 columns, or a pipe. Tables fit the terminal with every header
-whole; into a file or a pipe each line is written whole (no wrapping at any width)."""
+whole; into a file or a pipe each line is written whole (no wrapping at any width) unless ``$COLUMNS``
+says the reader's width: then the lines fit it as in a terminal."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def test_the_rank_table_keeps_its_headers_whole_at_80_columns(doc):
 def test_piped_output_is_whole_lines(doc, monkeypatch):
     from workbench.cli.console import print_analysis
 
-    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(sys, "stdout", io.StringIO())  # not a terminal: a file or a pipe
     print_analysis(doc)
     lines = sys.stdout.getvalue().splitlines()
@@ -42,10 +43,22 @@ def test_piped_output_is_whole_lines(doc, monkeypatch):
     assert any(ln.startswith("         fix: ") and ln.endswith(doc["diagnoses"][0]["recommendation"]) for ln in lines)
 
 
+def test_piped_output_fits_columns_where_it_is_set(doc, monkeypatch):
+    """``COLUMNS=80 workbench analyze RUN | less``: the reader said how wide it is (233 columns before)."""
+    from workbench.cli.console import print_analysis
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    print_analysis(doc)
+    text = sys.stdout.getvalue()
+    assert max(len(ln.rstrip()) for ln in text.splitlines()) <= 80
+    assert " ".join(doc["verdict"].split()) in " ".join(text.split())
+
+
 def test_a_piped_plan_is_whole_lines(monkeypatch):
     from workbench.cli.main import main
 
-    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     assert main(["plan", "gpt3-175b", "--gpus", "1024", "--gpu", "H100", "--top", "2"]) == 0

@@ -166,7 +166,8 @@ def test_memory_by_category_of_a_run_that_ran_out_of_memory(monkeypatch):
     table = at.dataframe[0].value
     assert table["category"].tolist() == ["weights", "gradients", "optimizer", "activations", "other"]
     assert table["source"][0].startswith("measured at the first optimizer step")
-    assert table["GiB"][3] == pytest.approx(134.41, abs=0.01) and table["GiB"][4] == pytest.approx(3.59, abs=0.01)
+    gib = [float(v.replace(",", "")) if v != "not measured" else None for v in table["GiB"]]
+    assert gib[3] == pytest.approx(134.41, abs=0.01) and gib[4] == pytest.approx(3.59, abs=0.01)
 
 
 def test_memory_timeline_and_zero_what_if(monkeypatch):
@@ -212,10 +213,15 @@ def test_diagnoses_page_draws_the_most_severe_first(monkeypatch):
 
 
 def test_runs_page_lists_committed_runs(monkeypatch):
+    from workbench.present.shown import shown
+
+    shown(TRACES / "ddp_slow_data")  # analysed (and cached) before: the list shows its verdict at once
     at = open_page(monkeypatch, "runs_page", run=None)
     table = at.table[0].value
     table = table.set_axis([unescaped(i) for i in table.index]).map(unescaped)
     assert {"ddp_slow_data", "ddp_fixed_data"} <= set(table.index)
+    # the runs the CLI finds in subfolders too, by their path under the root
+    assert {"public/hta_a100_80gb", "corpus/hf_trainer_gpu"} <= set(table.index)
     row = table.loc["ddp_slow_data"]
     assert row["status"] == "ok" and row["ranks"] == "2" and row["verdict"].startswith("dataloader_stall")
     start = json.loads((TRACES / "ddp_slow_data" / "manifest.json").read_text())["start_utc"]
@@ -360,3 +366,25 @@ def test_memory_page_of_a_gpu_trace_without_memory_records(monkeypatch):
     assert at.number_input[0].value == params
     sources = " ".join(at.dataframe[0].value["source"].astype(str))  # memory by category: not "(CPU)" on a GPU trace
     assert "no allocator peak in the run" in sources and "CPU)" not in sources.replace("a CPU run", "")
+
+
+def test_a_nested_run_opens_by_its_path_and_an_unknown_one_is_said(monkeypatch):
+    at = open_page(monkeypatch, "overview_page", "public/hta_a100_80gb")
+    assert at.selectbox(key="run").value == "public/hta_a100_80gb"
+    at = open_page(monkeypatch, "overview_page", "no_such_run")
+    assert any("No run `no_such_run` under the traces root" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_text_from_a_run_is_shown_escaped(monkeypatch, tmp_path):
+    """A run whose error and directory name hold terminal escapes: every page shows them as escapes."""
+    import shutil
+
+    run = tmp_path / "run\x1b[2Jx"
+    shutil.copytree(TRACES / "failed_gloo_timeout", run, ignore=shutil.ignore_patterns(".workbench-cache"))
+    m = json.loads((run / "manifest.json").read_text())
+    m["error"] = "rank 0: RuntimeError: \x1b]0;title\x07boom\x9b2J"
+    (run / "manifest.json").write_text(json.dumps(m))
+    for page in ("runs_page", "overview_page", "diagnoses_page"):
+        at = open_page(monkeypatch, page, run=None if page == "runs_page" else run.name, root=tmp_path)
+        shown = texts(at) + " ".join(str(t.value) for t in at.table) + " ".join(str(o) for o in at.selectbox)
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown), (page, shown[:400])

@@ -51,17 +51,19 @@ def _print(cmp: Comparison) -> None:
 
     from workbench.cli.console import out
     from workbench.format.markup import line, plain
+    from workbench.format.words import signed_pct
 
     con = out()
     t = Table(title=plain(f"A = {cmp.a.run.name}   B = {cmp.b.run.name}"), title_justify="left")
     for c in ("metric", "A", "B", "Δ", "Δ%"):
         t.add_column(c, justify="left" if c == "metric" else "right")
 
-    def f(v, fmt="{:.2f}"):
+    def f(v, fmt="{:,.2f}"):
         return "–" if v is None or v != v else fmt.format(v)
 
     for row in cmp.metrics.to_dict("records"):
-        t.add_row(plain(row["metric"]), f(row["a"]), f(row["b"]), f(row["delta"], "{:+.2f}"), f(row["delta_pct"], "{:+.1f}%"))
+        t.add_row(plain(row["metric"]), f(row["a"]), f(row["b"]), f(row["delta"], "{:+,.2f}"),
+                  "–" if row["delta_pct"] is None or row["delta_pct"] != row["delta_pct"] else signed_pct(row["delta_pct"]))
     con.print(t)
     for m in cmp.mismatches:
         con.print(line("[yellow]not like for like:[/] {}", m))

@@ -9,11 +9,13 @@ own output has passed through untouched, then the verdict of the run follows on 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from workbench.format.errors import WorkbenchError
 from workbench.format.markup import line, plain
+from workbench.format.words import count, pct, plural
 from workbench.present.shown import alternative_line  # noqa: F401 - the CLI's and the app's words for an alternative
 
 COLOURS = {"critical": "red", "warning": "yellow", "info": "cyan"}
@@ -31,12 +33,21 @@ PIPED_WIDTH = 10_000
 """A file or a pipe has no width: lines are written whole (no wrapping), tables at their own width."""
 
 
+def columns() -> int | None:
+    """``$COLUMNS`` where it is a width (20 to 10,000 columns), else None."""
+    v = os.environ.get("COLUMNS", "").strip()
+    return int(v) if v.isdigit() and 20 <= int(v) <= PIPED_WIDTH else None
+
+
 def out():
     """A rich console on stdout: the result. In a terminal it fits the terminal's width; into a
-    file or a pipe (``> verdict.txt``, ``| less``) each line is written whole, unwrapped."""
+    file or a pipe (``> verdict.txt``, ``| less``) each line is written whole, unwrapped, unless
+    ``$COLUMNS`` says how wide the reader is (``COLUMNS=80 workbench analyze RUN | less``): then the
+    lines are wrapped between words to it and the tables fitted, as in a terminal of that width."""
     con = make(sys.stdout)
     if not con.is_terminal:
-        con = make(sys.stdout, width=PIPED_WIDTH, soft_wrap=True)
+        width = columns()
+        con = make(sys.stdout, width=width) if width else make(sys.stdout, width=PIPED_WIDTH, soft_wrap=True)
     return con
 
 
@@ -52,7 +63,10 @@ def note(text) -> None:
 
 
 def error(text: str) -> None:
-    print(f"workbench: error: {text}", file=sys.stderr)
+    """The one line of an error: what a run or a user wrote in it (a path, a name) is escaped, newlines too."""
+    from workbench.format.printable import printable
+
+    print(f"workbench: error: {printable(text, one_line=True)}", file=sys.stderr)
 
 
 def analysed(path: Path | str, *, workers: int | None = None, cache: bool = True, executor: str | None = None,
@@ -129,7 +143,7 @@ def print_analysis(result, con=None) -> None:
         if d.alternatives == ():
             con.print("         planner: no layout it tried on these GPUs serves this better (nothing fits, "
                       "or nothing beats the run by 3 %)")
-    _print_memory(r.memory, con)
+    _print_memory(r.memory, con, gpu=run.has_gpu)
     _print_model(r.model, r.metrics, con)
     _print_efficiency(r.efficiency, con, withheld={i["figure"] for i in r.implausible})
     con.print(line("[bold]verdict:[/] {}", r.verdict))
@@ -170,9 +184,9 @@ def _print_model(model, metrics, con) -> None:
     f = {k: v["value"] for k, v in model.fields.items() if v.get("value") is not None}
     parts = [model.kind]
     if f.get("params_total"):
-        parts.append(f"{f['params_total'] / 1e6:,.1f}M parameters")
+        parts.append(f"{count(f['params_total'])} parameters")
     if f.get("params_active") and f.get("params_active") != f.get("params_total"):
-        parts.append(f"{f['params_active'] / 1e6:,.1f}M active per token")
+        parts.append(f"{count(f['params_active'])} active per token")
     shape = [f"{k} {f[k]}" for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "ffn", "vocab", "seq")
              if k in f and not (k == "head_dim" and f.get("heads", 0) * f[k] == f.get("hidden"))]
     if shape:
@@ -184,7 +198,7 @@ def _print_model(model, metrics, con) -> None:
                      + (f", expert ffn {f['moe_ffn']}" if f.get("moe_ffn") else "")
                      + (f", {f['moe_layers']} MoE + {f.get('dense_layers', 0)} dense layers" if f.get("moe_layers") else ""))
     if "global_tokens_per_step" in f:
-        parts.append(f"{f['global_tokens_per_step']:,} tokens/step ({f.get('micro_batches', 1)} micro-batches of "
+        parts.append(f"{f['global_tokens_per_step']:,} tokens/step ({plural(f.get('micro_batches', 1), 'micro-batch')} of "
                      f"{f.get('micro_batch', '?')})")
     for k in ("dtype", "optimizer"):
         if k in f:
@@ -213,8 +227,9 @@ def _size(b: float) -> str:
     return f"{b / 2**30:.2f} GiB" if b >= 2**30 / 10 else f"{b / 2**20:.1f} MiB" if b >= 2**20 / 10 else f"{b / 2**10:.1f} KiB"
 
 
-def memory_line(memory: dict | None) -> str | None:
-    """One line: the run's memory by category (analysis.memory_categories) and what it splits."""
+def memory_line(memory: dict | None, gpu: bool | None = None) -> str | None:
+    """One line: the run's memory by category (analysis.memory_categories) and what it splits; ``gpu``: the
+    run had a GPU (its categories not measured were not recorded, not "not measured on CPU")."""
     if not memory or not memory.get("by_category"):
         return None
     cats = memory["by_category"]
@@ -224,12 +239,13 @@ def memory_line(memory: dict | None) -> str | None:
     at = "at the out-of-memory error" if memory.get("at") == "out of memory" else "at the peak"
     measured = "measured" if str(cats.get("weights", {}).get("source", "")).startswith("measured") else "inferred"
     where = f"rank {memory.get('rank')}, {at}" + (f", {peak:.2f} GiB reserved" if peak is not None else "")
-    tail = f"model states {measured}" + (f"; not measured on CPU: {', '.join(missing)}" if missing else "")
+    why = "not measured on CPU" if not gpu else "not recorded (no allocator peak in the run)"
+    tail = f"model states {measured}" + (f"; {why}: {', '.join(missing)}" if missing else "")
     return f"{' · '.join(parts)} ({where}; {tail})"
 
 
-def _print_memory(memory, con) -> None:
-    if said := memory_line(memory):
+def _print_memory(memory, con, gpu: bool | None = None) -> None:
+    if said := memory_line(memory, gpu):
         con.print(line("[bold]memory:[/] {}", said))
         if memory.get("note"):
             con.print(line("[cyan]note:[/] {}", memory["note"]))
@@ -242,15 +258,15 @@ def _print_efficiency(eff, con, top: int = 6, withheld: set[str] = frozenset()) 
         return
     mix = ", ".join(f"{d} {p:.0f}%" for d, p in sorted(eff.dtype_flops_pct.items(), key=lambda kv: -kv[1]))
     if eff.mfu_pct is not None:
-        mfu = f"MFU {eff.mfu_pct:.1f}%"
+        mfu = f"MFU {pct(eff.mfu_pct)}"
     elif "efficiency.mfu_pct" in withheld:
         mfu = "MFU withheld (past the device's peak: see the warning)"
     else:
         mfu = "MFU n/a (no peak for this device and dtype: --peak-tflops X --peak-dtype D)"
     if eff.mfu_bf16_pct is not None and eff.mfu_bf16_pct != eff.mfu_pct:
-        mfu += f" ({eff.mfu_bf16_pct:.1f}% of the bf16 peak)"
+        mfu += f" ({pct(eff.mfu_bf16_pct)} of the bf16 peak)"
     if eff.hfu_pct is not None and eff.mfu_source == "model":
-        mfu += f", HFU {eff.hfu_pct:.1f}%"
+        mfu += f", HFU {pct(eff.hfu_pct)}"
     elif "efficiency.hfu_pct" in withheld and eff.mfu_source == "model":
         mfu += ", HFU withheld"
     flops = eff.flops_per_step
@@ -301,6 +317,22 @@ def interrupted() -> None:
     INTERRUPTED = True
 
 
+def next_commands(commands: list[str]) -> None:
+    """What to run next, on stderr: ``next:`` then each command on lines of its own, whole, to be copied
+    (broken between arguments with ``\\`` only where it is wider than the terminal or ``$COLUMNS``)."""
+    from rich.text import Text
+
+    from workbench.format.printable import printable
+    from workbench.format.terminal import command_lines
+
+    con = err()
+    width = con.width if con.is_terminal else (columns() or PIPED_WIDTH)
+    con.print(line("[bold]next:[/]"))
+    for c in commands:
+        for ln in command_lines(printable(c, one_line=True), width, "  "):
+            con.print(Text(ln), no_wrap=True, crop=False, soft_wrap=True)
+
+
 def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
     """The end of ``workbench profile`` and ``workbench train --profile``: where the run went
     (stderr), its verdict (stdout), what to run next (stderr); returns the script's exit code.
@@ -325,6 +357,7 @@ def finish_profiled_run(code: int, run_dir: Path, analyze: bool = True) -> int:
         error(f"no verdict here: analysis needs {e.name or e} (pip install workbench); the run is kept: "
               f"workbench analyze {run_dir}")
         return code
-    note(line("next: [bold]workbench analyze {}[/] · [bold]streamlit run app.py -- --traces {}[/]", run_dir, run_dir.parent))
+    next_commands([f"workbench analyze {shlex.quote(str(run_dir))}",
+                   f"streamlit run app.py -- --traces {shlex.quote(str(run_dir.parent))}"])
     return code
 

@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         except (AttributeError, ValueError, OSError):  # not a TextIOWrapper (captured, replaced)
             pass
     args = build_parser().parse_args(argv)
+    if sys.stdout is None and args.command not in ("profile", "train"):
+        # `workbench analyze RUN >&-`: the result has nowhere to go (profile and train run a script,
+        # whose output is its own: they run it whatever stdout is)
+        error("stdout is closed: the result has nowhere to go (redirect it: workbench … > result.txt)")
+        return 2
     try:
         return int(args.func(args) or 0)
     except WorkbenchError as e:
@@ -69,6 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `workbench analyze --json | head`: the reader left; not an error
         sys.stderr.close()
         return 0
+    except OSError as e:  # writing the result: a full disk (ENOSPC) or a gone device under stdout
+        error(f"cannot write the result ({e.strerror or e}); nothing more was written")
+        _quiet_stdout()
+        return 2
+
+
+def _quiet_stdout() -> None:
+    """After a failed write, stdout's buffer would fail again as Python exits ("Exception ignored …"):
+    point it at /dev/null so that the one error line is the last word."""
+    import os
+
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
 
 
 def run() -> None:

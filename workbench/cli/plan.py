@@ -78,7 +78,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                      "split, and why the others lost.",
          examples=_examples(), arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
-    from workbench.cli.console import make, out
+    from workbench.cli.console import err, out
     from workbench.plan.report import print_plan, to_json
     from workbench.calibration.request import build_request
     from workbench.plan.search import plan
@@ -95,12 +95,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         doc["from_run"] = from_run_json(req, result)
     if args.json:
+        from workbench.format.printable import printable
+
         for w in doc["efficiencies"]["warnings"]:  # also in the document; said where a person sees it
-            print(f"workbench: warning: {w}", file=sys.stderr)
+            print(f"workbench: warning: {printable(w, one_line=True)}", file=sys.stderr)
         sys.stdout.write(dumps(doc, indent=2))
         sys.stdout.write("\n")
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
     con = out()  # a terminal's width; a file or a pipe gets whole lines
-    print_plan(doc, con, notes=make(stderr=True, soft_wrap=True))
+    print_plan(doc, con, notes=err())  # wrapped to the terminal, or to $COLUMNS (80 where neither says)
     return 0

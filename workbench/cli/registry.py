@@ -92,24 +92,55 @@ class HelpFormatter(argparse.HelpFormatter):
         out = []
         for par in text.split("\n\n"):
             if par.startswith("examples:"):
-                out.append("\n".join(indent + ln for line in par.splitlines() for ln in _example(line, width)))
+                out.append("\n".join(indent + ln for line in _logical(par.splitlines()) for ln in _example(line, width)))
             else:
                 out.append("\n".join(indent + ln for ln in _wrap(par, width)))
         return "\n\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(" ".join(text.split()), max(width, 20), break_long_words=False, break_on_hyphens=False) or [""]
+    """Prose wrapped between words; a word wider than the line (a key list) broken after its commas."""
+    width = max(width, 20)
+    out = []
+    for ln in textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False) or [""]:
+        while len(ln) > width and "," in ln[:width]:
+            cut = ln.rindex(",", 0, width) + 1
+            out.append(ln[:cut])
+            ln = ln[cut:]
+        out.append(ln)
+    return out
+
+
+def _logical(lines: list[str]) -> list[str]:
+    """Example lines with the shell's ``\\`` continuations joined: one command a line."""
+    out: list[str] = []
+    for ln in lines:
+        if out and out[-1].endswith("\\"):
+            cmd, hash_, comment = ln.partition("  # ")
+            out[-1] = out[-1][:-1].rstrip() + " " + cmd.strip() + (f"  # {comment.strip()}" if hash_ else "")
+        else:
+            out.append(ln)
+    return out
 
 
 def _example(line: str, width: int) -> list[str]:
-    """One line of the examples: as written, or its command and then its ``# comment`` where both do
-    not fit in ``width`` (a command is never cut: it is copied as it stands)."""
+    """One line of the examples: as written where it fits, else its command broken between arguments
+    with ``\\`` continuations (workbench.format.terminal.command_lines: copied as it stands, never cut
+    inside an option) and its ``# comment`` after it, on a line of its own where it does not fit."""
+    from workbench.format.terminal import command_lines
+
     cmd, hash_, comment = line.partition("  # ")
-    if len(line) <= width or not hash_ or not cmd.strip():
+    if len(line) <= width or not cmd.strip():
         return [line]
-    lead = len(cmd) - len(cmd.lstrip())
-    return [cmd.rstrip(), " " * (lead + 4) + "# " + comment.strip()]
+    lead = " " * (len(cmd) - len(cmd.lstrip()))
+    lines = command_lines(cmd.strip(), width, lead)
+    if hash_:
+        tail = "  # " + comment.strip()
+        if len(lines[-1]) + len(tail) <= width:
+            lines[-1] += tail
+        else:
+            lines.append(lead + "    # " + comment.strip())
+    return lines
 
 
 def add_parser(sub, cmd: Command) -> argparse.ArgumentParser:

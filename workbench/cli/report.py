@@ -26,6 +26,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from workbench.present.report import write_report
 
+    from workbench.format.printable import printable
+
     out = write_report(args.path, args.html)
-    print(f"workbench: report written to {out}")
+    print(f"workbench: report written to {printable(str(out), one_line=True)}")
     return 0

@@ -5,7 +5,8 @@ or a user wrote may hold ``[bold]``, ``[/]``, ``[link=…]``, ``\\[`` or ``:smil
 markup string, rich reads it as markup: the text vanishes, or ``[/bold]`` raises MarkupError (a
 traceback). ``rich.markup.escape`` is not enough: a backslash before a bracket depends on what
 follows it. So values never become markup: :func:`line` parses only the template (ours) and puts
-each value in as plain text, with the template's style at its place.
+each value in as plain text, with the template's style at its place, and every character a terminal
+would act on (an escape sequence, a carriage return) shown as its escape (workbench.format.printable).
 
     con.print(line("[yellow]warning:[/] {}", warning))
     con.print(line("[bold]{}[/]: {} rank(s)", run.name, world_size))
@@ -13,6 +14,8 @@ each value in as plain text, with the template's style at its place.
 """
 
 from __future__ import annotations
+
+from workbench.format.printable import printable
 
 SLOT = "\ue000"  # a private-use character: where a value goes, while the template is parsed
 
@@ -30,7 +33,7 @@ def line(template: str, *values):
     given = iter(values)
     for piece in t.divide(sorted({c for i in at for c in (i, i + 1)})):
         if piece.plain == SLOT:
-            v = Text(str(next(given)), style=piece.style)
+            v = Text(printable(str(next(given))), style=piece.style)
             for span in piece.spans:
                 v.stylize(span.style)
             out.append(v)
@@ -43,7 +46,7 @@ def plain(value):
     """``value`` as a ``rich.text.Text`` of its words (a table cell or title from a run or a user)."""
     from rich.text import Text
 
-    return Text(str(value))
+    return Text(printable(str(value)))
 
 
 __all__ = ["line", "plain"]

@@ -59,3 +59,38 @@ def fitted(title: str, columns: list[tuple[str, str]], rows: list[list], width: 
 
 def _part(title, columns, rows, idx):
     return _table(title, [columns[i] for i in idx], [[r[i] for i in idx] for r in rows])
+
+
+def command_lines(command: str, width: int, indent: str = "") -> list[str]:
+    """A shell command to copy, fitted to ``width`` columns: whole where it fits, else broken between
+    its arguments with a ``\\`` at each line's end (the shell joins them back), an option kept with the
+    value that follows it, never a word or an option cut. An argument wider than the line stays whole
+    on a line of its own. Continuation lines are indented four more spaces."""
+    import shlex
+
+    first = indent + command
+    if len(first) <= width:
+        return [first]
+    try:
+        lex = shlex.shlex(command, posix=False, punctuation_chars=False)
+        lex.whitespace_split = True
+        words = list(lex)
+    except ValueError:  # an unclosed quote: split on spaces
+        words = command.split()
+    groups: list[str] = []
+    for w in words:  # "--flag value" stay together; "> file" too
+        if groups and (groups[-1].startswith("-") and not w.startswith("-") and " " not in groups[-1]
+                       or groups[-1] in (">", ">>", "|", "2>")):
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    lines, cur = [], indent
+    more = indent + "    "
+    for g in groups:
+        if cur.strip() and len(cur) + 1 + len(g) + 2 > width:
+            lines.append(cur + " \\")
+            cur = more + g
+        else:
+            cur = (cur + " " + g) if cur.strip() else cur + g
+    lines.append(cur)
+    return lines

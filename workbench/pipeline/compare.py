@@ -36,9 +36,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.format.words import count
 from workbench.pipeline.result import Result
 
 JSON_SCHEMA = "workbench.compare/1"
+ALWAYS = ("step_ms", "tokens_per_s", "mfu_pct", "hfu_pct")
+"""Metrics every comparison lists (the README's "step, tokens/s, MFU, HFU"), measured or not."""
 ESTIMATE_TOLERANCE = 0.05
 """5 %: two profiled runs of the same configuration differ by a few percent in step time."""
 
@@ -151,7 +154,7 @@ def mismatches(a: Result, b: Result) -> list[str]:
     if all(shape_a) and all(shape_b) and shape_a != shape_b:
         out.append(f"the model: A's has {shape_a[0]} layers of {shape_a[1]}, B's {shape_b[0]} of {shape_b[1]}")
     elif pa and pb and abs(pa / pb - 1) > PARAMS_TOLERANCE:
-        out.append(f"the model: A's has {pa / 1e6:,.1f}M parameters, B's {pb / 1e6:,.1f}M")
+        out.append(f"the model: A's has {count(pa)} parameters, B's {count(pb)}")
     elif (ma.kind or mb.kind) and ma.kind != mb.kind:
         out.append(f"the model: A's is {ma.kind or 'unknown'}, B's {mb.kind or 'unknown'}")
     if a.run.world_size != b.run.world_size:
@@ -175,7 +178,9 @@ def compare_runs(a: Result, b: Result) -> Comparison:
 
     ma, mb = a.metrics.as_dict(), b.metrics.as_dict()
     rows = []
-    for k in list(ma) + [k for k in mb if k not in ma]:
+    keys = list(ma) + [k for k in mb if k not in ma]
+    keys += [k for k in ALWAYS if k not in keys]  # the rows a reader looks for, "–" where a run did not measure them
+    for k in keys:
         va, vb = ma.get(k), mb.get(k)
         delta = vb - va if va is not None and vb is not None else None
         pct = 100.0 * delta / va if delta is not None and va else None

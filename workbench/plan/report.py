@@ -34,6 +34,7 @@ Keys are only ever added, never renamed or removed.
 
 from __future__ import annotations
 
+from workbench.format.words import count, signed_pct
 from workbench.hardware.systems import FIT_FRACTION
 from workbench.plan.search import Evaluated, Plan, collectives_of
 from workbench.plan.gemms import gemm_calls
@@ -128,11 +129,11 @@ def print_plan(doc: dict, con, notes=None) -> None:
     from workbench.format.terminal import fitted
 
     m, c, e = doc["model"], doc["cluster"], doc["efficiencies"]
-    moe = f", {m['experts']} experts top-{m['top_k']}, {_count(m['params_active'])} active" if m.get("experts") else ""
+    moe = f", {m['experts']} experts top-{m['top_k']}, {count(m['params_active'])} active" if m.get("experts") else ""
     con.print(line("[bold]{}[/]: {}", m["name"],
-                   f"{_count(m['params'])} parameters (L {m['layers']}, h {m['hidden']}, "
+                   f"{count(m['params'])} parameters (L {m['layers']}, h {m['hidden']}, "
                    f"a {m['heads']}, V {m['vocab']}, s {m['seq']}{moe}) on {c['gpus']} x {c['gpu']} "
-                   f"({c['gpus_per_node']} per node, {c['memory_gib']:.0f} GiB; links {c['intra_node_gbps']:.0f} / "
+                   f"({c['gpus_per_node']} per node, {c['memory_gib']:.1f} GiB of memory each; links {c['intra_node_gbps']:.0f} / "
                    f"{c['inter_node_gbps']:.0f} Gbit/s), global batch {doc['global_batch']} "
                    f"({doc['tokens_per_step']:,} tokens), stack {doc['stack']} {doc['dtype']}"))
     if e["source"] == "defaults":
@@ -148,7 +149,7 @@ def print_plan(doc: dict, con, notes=None) -> None:
     if "predicted" in fr:
         print_from_run(fr, con)
     con.print(f"searched {doc['searched']:,} layouts, {doc['fitting']:,} fit in "
-              f"{c['usable_memory_gib']:.0f} GiB")
+              f"{c['usable_memory_gib']:.1f} GiB usable ({100 * FIT_FRACTION:.0f} % of the GPU's {c['memory_gib']:.1f} GiB)")
     moe = bool(m.get("experts"))
     columns = [(col, "left" if col == "layout" else "right")
                for col in ("#", "layout", "weights", "grads", "optim", "activ", "total", "step ms", "compute", "TP",
@@ -180,9 +181,9 @@ def print_plan(doc: dict, con, notes=None) -> None:
             con.print(line("[red]{}: cannot run: {}[/]", p["layout_key"], p["problem"]))
             continue
         mem = p["memory"]
-        con.print(line("[bold]{} {}[/]: peak {} GiB at {} on stage {}" + ("" if p["fits"] else " — [red]does not fit in {} GiB[/]"),
+        con.print(line("[bold]{} {}[/]: peak {} GiB at {} on stage {}" + ("" if p["fits"] else " — [red]does not fit in the {} GiB usable[/]"),
                        "given" if p["given"] else "#" + str(p["rank"]), p["layout_key"], f"{mem['total_gib']:.1f}", mem["phase"],
-                       mem["stage"], *(() if p["fits"] else (f"{c['usable_memory_gib']:.0f}",))))
+                       mem["stage"], *(() if p["fits"] else (f"{c['usable_memory_gib']:.1f}",))))
         for k, f in mem["formulas"].items():
             con.print(plain(f"    {k}: {f}"))
     if doc["rejected"]:
@@ -198,7 +199,7 @@ def print_from_run(fr: dict, con) -> None:
     meas, pred, err = fr.get("measured") or {}, fr.get("predicted") or {}, fr.get("error_pct") or {}
 
     def pair(p, m, e, unit):
-        etxt = "" if e is None else f" ({e:+.1f} %)"
+        etxt = "" if e is None else f" ({signed_pct(e)})"
         return f"predicted {_num(p)} {unit}, measured {_num(m)} {unit}{etxt}"
 
     src = {"manifest": "its manifest's engine config", "traces": "the model inferred from its traces",
@@ -226,14 +227,6 @@ def print_from_run(fr: dict, con) -> None:
             note = f" — {a['note']}" if a.get("note") else ""
             con.print(plain(f"  {gpus}: {a['layout_key']}: {_num(a['step_ms'])} ms{anchored}, "
                             f"{_num(a['memory_gib'])} GiB, {a['speedup_per_gpu']:.2f}x per GPU{note}"))
-
-
-def _count(n: float) -> str:
-    """A parameter count as people write it: 8.03B, 46.7M, 125K (a tiny model is not "0.00B")."""
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.3g}{unit}" if n < 100 * div else f"{n / div:,.0f}{unit}"
-    return f"{n:,.0f}"
 
 
 def _num(x: float | None) -> str:

@@ -255,7 +255,8 @@ def plan(req: PlanRequest) -> Plan:
         losses.append(Loss(reason="does not fit", count=len(too_big), example=small.layout.key(),
                            detail=f"the closest needs {small.memory.total / 2**30:.2f} GiB, "
                                   f"{(small.memory.total - FIT_FRACTION * req.cluster.gpu.memory_bytes) / 2**20:,.0f} MiB "
-                                  f"over the {FIT_FRACTION * req.cluster.gpu.memory_gib:.2f} GiB usable"))
+                                  f"over the {FIT_FRACTION * req.cluster.gpu.memory_gib:.1f} GiB usable ({100 * FIT_FRACTION:.0f} % of "
+                                  f"the GPU's {req.cluster.gpu.memory_gib:.1f} GiB)"))
     if fit:
         best = fit[0]
         by_reason: dict[str, list[tuple[Evaluated, float]]] = {}

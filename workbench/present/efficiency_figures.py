@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.present.figure_style import LEGEND, MARGIN as _MARGIN
+from workbench.present.figure_style import LEGEND, MARGIN as _MARGIN, plain_axes
 
 
 CLASS_COLOURS = {"gemm_tensor_core": "#2ca02c", "gemm_simt": "#d62728", "attention": "#17becf", "elementwise": "#ff7f0e",
@@ -39,7 +39,7 @@ def mfu_per_step(per_step: pd.DataFrame, title: str = "MFU per profiled step") -
     fig.update_layout(title=title, xaxis_title="profiled step", yaxis_title="MFU (%)", yaxis_rangemode="tozero",
                       height=320, margin=_MARGIN, legend=LEGEND)
     fig.update_xaxes(dtick=1)
-    return fig
+    return plain_axes(fig)
 
 
 def kernel_class_bar(classes: pd.DataFrame, title: str = "GPU time per kernel class") -> go.Figure:
@@ -62,7 +62,7 @@ def kernel_class_bar(classes: pd.DataFrame, title: str = "GPU time per kernel cl
     fig.update_layout(title=title, xaxis_title="share of GPU kernel time (%)", yaxis_autorange="reversed",
                       xaxis_range=[0, min(100.0, float(c["time_pct"].max()) * 1.35 + 5) if len(c) else 100],
                       height=max(260, 80 + 26 * len(c)), margin=dict(l=10, r=40, t=50, b=10))
-    return fig
+    return plain_axes(fig)
 
 
 __all__ = ["CLASS_COLOURS", "kernel_class_bar", "mfu_per_step"]

@@ -21,4 +21,13 @@ it never lies over an axis title, the figure's title or the bars at any width (a
 plot met the x axis' title once its items wrapped; a row above it met the title)."""
 
 
-__all__ = ["CATEGORY_COLOURS", "GIB", "LANES", "LANE_COLOURS", "LEGEND", "MARGIN"]
+
+def plain_axes(fig):
+    """``fig`` with its axes' ticks as plain numbers, thousands separated: no SI prefix on a unit the title
+    already names (plotly wrote "4µ" on an axis of MiB, "20k" on one of ms)."""
+    fig.update_xaxes(exponentformat="none", separatethousands=True)
+    fig.update_yaxes(exponentformat="none", separatethousands=True)
+    return fig
+
+
+__all__ = ["CATEGORY_COLOURS", "GIB", "LANES", "LANE_COLOURS", "LEGEND", "MARGIN", "plain_axes"]

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from workbench.analysis.steps import CATEGORIES
 from workbench.present.efficiency_figures import CLASS_COLOURS, kernel_class_bar, mfu_per_step
-from workbench.present.figure_style import CATEGORY_COLOURS, GIB, LANE_COLOURS, LANES, LEGEND, MARGIN as _MARGIN
+from workbench.present.figure_style import CATEGORY_COLOURS, GIB, LANE_COLOURS, LANES, LEGEND, MARGIN as _MARGIN, plain_axes
 from workbench.present.memory_figures import MEMORY_COLOURS, memory_categories_bar, memory_lines, zero_what_if
 from workbench.present.timeline_figures import CPU_PANELS, NVML_PANELS, timeline, timeline_lanes, utilisation
 
@@ -37,7 +37,7 @@ def step_breakdown_bar(per_rank: pd.DataFrame, title: str = "Where each step goe
         )
     fig.update_layout(barmode="stack", title=title, xaxis_title="ms per step (mean)", yaxis_autorange="reversed",
                       legend=LEGEND, height=max(240, 110 + 40 * len(labels)), margin=_MARGIN)
-    return fig
+    return plain_axes(fig)
 
 
 def step_time_lines(breakdown: pd.DataFrame, title: str = "Step time and its DataLoader share, per step") -> go.Figure:
@@ -56,7 +56,7 @@ def step_time_lines(breakdown: pd.DataFrame, title: str = "Step time and its Dat
     fig.update_layout(title=title, xaxis_title="profiled step", yaxis_title="ms", yaxis_rangemode="tozero",
                       height=320, margin=_MARGIN, legend=LEGEND)
     fig.update_xaxes(dtick=1)
-    return fig
+    return plain_axes(fig)
 
 
 # --- Communication --------------------------------------------------------------------------------
@@ -66,16 +66,21 @@ def collective_bytes_bar(inventory: pd.DataFrame, title: str = "Collective bytes
 
     ``inventory``: analysis.comm.collective_inventory output with a ``rank`` column added.
     """
+    from workbench.present.tables import memory_unit
+
     fig = go.Figure()
     inv = inventory.copy()
     inv["key"] = inv["op"].astype(str) + " " + inv["dtype"].astype(str)
+    # the unit the largest rank's bytes read best in: a small run's 4e-6 MiB is 4 bytes, not "4µ MiB"
+    unit, size = memory_unit(inv.groupby("rank")["bytes_per_step"].sum() if len(inv) else [])
     for key, g in inv.groupby("key", sort=True):
-        fig.add_bar(name=key, x=[f"rank {int(r)}" for r in g["rank"]], y=g["bytes_per_step"].astype(float) / 2**20,
+        fig.add_bar(name=key, x=[f"rank {int(r)}" for r in g["rank"]], y=g["bytes_per_step"].astype(float) / size,
                     customdata=np.stack([g["calls_per_step"].astype(float), g["total_ms"].astype(float)], axis=1),
-                    hovertemplate=key + ": %{y:.2f} MiB/step, %{customdata[0]:.1f} calls/step, %{customdata[1]:.1f} ms total<extra>%{x}</extra>")
-    fig.update_layout(title=title, barmode="stack", yaxis_title="MiB per step", height=320, margin=_MARGIN,
+                    hovertemplate=key + f": %{{y:,.2f}} {unit}/step, %{{customdata[0]:.1f}} calls/step, "
+                                        "%{customdata[1]:.1f} ms total<extra>%{x}</extra>")
+    fig.update_layout(title=title, barmode="stack", yaxis_title=f"{unit} per step", height=320, margin=_MARGIN,
                       legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 def comm_overlap_bar(overlap: pd.DataFrame, title: str = "Communication per step: overlapped vs exposed") -> go.Figure:
@@ -90,7 +95,7 @@ def comm_overlap_bar(overlap: pd.DataFrame, title: str = "Communication per step
                 customdata=overlap["exposed_pct"], hovertemplate="exposed %{y:.1f} ms (%{customdata:.0f}% of the step)<extra>%{x}</extra>")
     fig.update_layout(title=title, barmode="stack", yaxis_title="ms", xaxis_title="rank, step", height=320,
                       margin=_MARGIN, legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 # --- Compare --------------------------------------------------------------------------------------
@@ -107,7 +112,7 @@ def compare_bars(metrics: pd.DataFrame, title: str = "B vs A: change per metric 
                            hovertemplate="%{y}: %{x:+.1f}% (A %{customdata[0]:.2f} → B %{customdata[1]:.2f})<extra></extra>"))
     fig.update_layout(title=title, xaxis_title="change B vs A (%)", yaxis_autorange="reversed",
                       height=max(240, 60 + 28 * len(m)), margin=_MARGIN)
-    return fig
+    return plain_axes(fig)
 
 
 __all__ = ["CATEGORIES", "CATEGORY_COLOURS", "CLASS_COLOURS", "CPU_PANELS", "GIB", "LANES", "LANE_COLOURS", "LEGEND",

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.present.figure_style import GIB, LEGEND, MARGIN as _MARGIN
+from workbench.present.figure_style import GIB, LEGEND, MARGIN as _MARGIN, plain_axes
 
 
 def memory_lines(memory: pd.DataFrame, capacity_bytes: int | None = None, t0_us: float = 0.0,
@@ -33,7 +33,7 @@ def memory_lines(memory: pd.DataFrame, capacity_bytes: int | None = None, t0_us:
                       annotation_text=f"capacity {capacity_bytes / GIB:.0f} GiB")
     fig.update_layout(title=title, xaxis_title="ms since the first profiled step", yaxis_title="GiB", yaxis_rangemode="tozero",
                       height=340, margin=_MARGIN, legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 def zero_what_if(table: pd.DataFrame, capacity_bytes: int | None = None,
@@ -57,7 +57,7 @@ def zero_what_if(table: pd.DataFrame, capacity_bytes: int | None = None,
         fig.add_hline(y=capacity_bytes / GIB, line_color="red", line_dash="dash", annotation_text="capacity")
     fig.update_layout(title=title, barmode="stack", yaxis_title="GiB per GPU", height=360, margin=_MARGIN,
                       legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 MEMORY_COLOURS = {"weights": "#1f77b4", "gradients": "#2ca02c", "optimizer": "#9467bd", "activations": "#ff7f0e",
@@ -68,21 +68,30 @@ def memory_categories_bar(memory: dict, capacity_gib: float | None = None,
                           title: str = "Memory by category: measured, and the planner's for this layout") -> go.Figure:
     """Stacked bars of the run's memory by category (``--json``'s ``memory``: analysis.memory_categories)
     and, beside it, the planner's prediction for the run's own layout (``memory.planned``) where there
-    is one; the device's capacity as a red line. A category not measured is left out of its bar."""
+    is one; the device's capacity as a red line. A category not measured is left out of its bar. The axis
+    is in the unit the largest bar reads best in (a 33,088-parameter model's weights are 0.13 MiB, not 0.00 GiB)."""
+    from workbench.present.tables import memory_unit
+
     fig = go.Figure()
-    bars = {"measured" if memory.get("at") != "out of memory" else "at the out-of-memory error": memory["by_category"]}
+    bars = {"measured" if memory.get("at") != "out of memory" else "at the out-of-memory error":
+            {k: (v or {}).get("bytes") if (v or {}).get("bytes") is not None else
+             ((v or {}).get("gib") * GIB if (v or {}).get("gib") is not None else None)
+             for k, v in memory["by_category"].items()}}
     planned = memory.get("planned")
     if isinstance(planned, dict):
-        bars[f"planned ({planned.get('layout', 'the run')})"] = {k: {"gib": planned.get(k)} for k in MEMORY_COLOURS}
+        bars[f"planned ({planned.get('layout', 'the run')})"] = {
+            k: planned[k] * GIB if isinstance(planned.get(k), (int, float)) else None for k in MEMORY_COLOURS}
+    unit, size = memory_unit([sum(v for v in b.values() if v) for b in bars.values()])
     for cat, colour in MEMORY_COLOURS.items():
         x = list(bars)
-        y = [(b.get(cat) or {}).get("gib") for b in bars.values()]
-        fig.add_bar(x=x, y=y, name=cat, marker_color=colour, hovertemplate=f"{cat} %{{y:.2f}} GiB<extra>%{{x}}</extra>")
-    if capacity_gib:
-        fig.add_hline(y=capacity_gib, line_color="red", line_dash="dash", annotation_text="capacity")
-    fig.update_layout(title=title, barmode="stack", yaxis_title="GiB", height=360, margin=_MARGIN,
+        y = [None if b.get(cat) is None else b[cat] / size for b in bars.values()]
+        fig.add_bar(x=x, y=y, name=cat, marker_color=colour, hovertemplate=f"{cat} %{{y:,.2f}} {unit}<extra>%{{x}}</extra>")
+    if capacity_gib and (unit == "GiB" or capacity_gib * GIB / size < 4 * max(
+            (sum(v for v in b.values() if v) / size for b in bars.values()), default=0)):
+        fig.add_hline(y=capacity_gib * GIB / size, line_color="red", line_dash="dash", annotation_text="capacity")
+    fig.update_layout(title=title, barmode="stack", yaxis_title=unit, height=360, margin=_MARGIN,
                       legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 __all__ = ["MEMORY_COLOURS", "memory_categories_bar", "memory_lines", "zero_what_if"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.plan.report import short_key
+from workbench.present.figure_style import plain_axes
 from workbench.present.figures import LEGEND
 
 MEMORY_PARTS = (("weights_gib", "weights", "#1f77b4"), ("gradients_gib", "gradients", "#ff7f0e"),
@@ -37,7 +38,7 @@ def memory_bars(doc: dict, title: str = "Memory per GPU (GiB), at its peak") -> 
     fig.add_vline(x=usable, line_dash="dash", line_color="red", annotation_text=f"usable {usable:.1f} GiB")
     fig.update_layout(barmode="stack", title=title, xaxis_title="GiB per GPU", yaxis_autorange="reversed",
                       margin=_MARGIN, legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 def step_split_bars(doc: dict, title: str = "Predicted step time, split (ms)") -> go.Figure:
@@ -55,4 +56,4 @@ def step_split_bars(doc: dict, title: str = "Predicted step time, split (ms)") -
                     hovertemplate=f"{name}: %{{x:,.1f}} ms<extra>%{{y}}</extra>")
     fig.update_layout(barmode="stack", title=title, xaxis_title="ms per optimizer step", yaxis_autorange="reversed",
                       margin=_MARGIN, legend=LEGEND)
-    return fig
+    return plain_axes(fig)

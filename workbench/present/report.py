@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.format.atomic import write_atomic
 from workbench.format.errors import WorkbenchError
+from workbench.format.printable import printable
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
 h1{margin-bottom:0}.sub{color:#666;margin-top:4px}.verdict{padding:12px 16px;border-radius:6px;font-weight:600}
@@ -69,6 +70,11 @@ def figures_for(analysis) -> list[tuple[str, "go.Figure"]]:
     return out + by_category
 
 
+def _text(value) -> str:
+    """Text as the report shows it: HTML-escaped, and a run's control characters shown as escapes."""
+    return html.escape(printable(str(value)))
+
+
 def render(analysed) -> str:
     """The report's HTML text for an analysed run (workbench.pipeline.AnalysedRun): the numbers of
     its result, the figures of its analysis."""
@@ -77,7 +83,7 @@ def render(analysed) -> str:
 
     result, analysis = analysed.result, analysed.analysis()
     run = analysis.run
-    e = html.escape
+    e = _text
     h = summary.headline(result, analysis)
     serious = result.serious()
     level = "ok" if not serious else serious[0].severity
@@ -147,7 +153,7 @@ def _alternatives_html(alternatives) -> str:
         return ""
     if not alternatives:
         return "<p><b>The planner:</b> no layout it tried on these GPUs serves this better.</p>"
-    items = "".join(f"<li>{html.escape(alternative_line(a))}</li>" for a in alternatives)
+    items = "".join(f"<li>{_text(alternative_line(a))}</li>" for a in alternatives)
     return f"<p><b>The planner, calibrated on this run:</b></p><ul>{items}</ul>"
 
 

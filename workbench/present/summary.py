@@ -71,12 +71,15 @@ def mfu_pct(result: Result) -> float | None:
 
 def evidence_text(value) -> str:
     """An evidence value as ``--json`` prints it (``4.3``, ``{"0": 12.5}``; never ``np.float64(4.3)``),
-    a lone float to three significant digits (``0.9388`` reads 0.939: no figure of a rule is that exact)."""
+    a lone float to three significant digits (``0.9388`` reads 0.939: no figure of a rule is that exact), a
+    large number with its thousands separated (``12,582,912,000,000``, not fourteen digits to count)."""
     import json
 
     if isinstance(value, float) and math.isfinite(value) and value != 0 and not value.is_integer():
         digits = max(0, 2 - math.floor(math.log10(abs(value))))
-        return f"{value:.{digits}f}" if abs(value) < 1e15 else json.dumps(value)
+        return f"{value:,.{digits}f}" if abs(value) < 1e15 else json.dumps(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(value) >= 10_000:
+        return f"{value:,.0f}"
     return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
 
 

@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from workbench.analysis.events import classify
 from workbench.load.trace import Trace
-from workbench.present.figure_style import GIB, LANE_COLOURS, LANES, LEGEND, MARGIN as _MARGIN
+from workbench.present.figure_style import GIB, LANE_COLOURS, LANES, LEGEND, MARGIN as _MARGIN, plain_axes
 
 
 def _inside(ev: pd.DataFrame, container: np.ndarray) -> np.ndarray:
@@ -123,7 +123,7 @@ def timeline(lanes: pd.DataFrame, t0_us: float, title: str = "Timeline: what eac
     fig.update_layout(title=title, barmode="overlay", bargap=0.25, xaxis_title="ms since the first profiled step",
                       yaxis=dict(categoryorder="array", categoryarray=rows, autorange="reversed"),
                       height=max(260, 90 + 32 * len(rows)), margin=_MARGIN, legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 # --- Device samples -------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def utilisation(nvml: dict[int, pd.DataFrame], steps: dict[int, pd.DataFrame] | 
     fig.update_xaxes(title_text="s since the first sample (shaded: profiled steps)", row=len(panels), col=1)
     fig.update_layout(title=title or ("GPU samples (NVML)" if gpu else "CPU samples (no GPU: psutil fallback)"),
                       height=170 * len(panels) + 80, margin=_MARGIN, legend=LEGEND)
-    return fig
+    return plain_axes(fig)
 
 
 __all__ = ["CPU_PANELS", "NVML_PANELS", "timeline", "timeline_lanes", "utilisation"]

@@ -96,8 +96,12 @@ def memory_page() -> None:
         gpu_cap = run.device_memory_bytes
         st.plotly_chart(memory_categories_bar(by_category, gpu_cap / GIB if gpu_cap else None), width="stretch")
         cats = by_category["by_category"]
-        unit, size = memory_unit([(v.get("gib") or 0) * GIB for v in cats.values()])
-        st.dataframe(pd.DataFrame([{"category": k, unit: None if v.get("gib") is None else round(v["gib"] * GIB / size, 2),
+
+        def size_of(v: dict) -> float | None:  # the bytes the run knows, not its GiB rounded to 0.001
+            return v.get("bytes") if v.get("bytes") is not None else (v["gib"] * GIB if v.get("gib") is not None else None)
+
+        unit, size = memory_unit([size_of(v) or 0 for v in cats.values()])
+        st.dataframe(pd.DataFrame([{"category": k, unit: "not measured" if size_of(v) is None else f"{size_of(v) / size:,.2f}",
                                     "source": v.get("source")} for k, v in cats.items()]), hide_index=True, width="stretch")
         if by_category.get("note"):
             st.caption(by_category["note"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.format.printable import printable
 from workbench.pipeline.compare import compare_runs, default_pair
 from workbench.present.figures import compare_bars, step_breakdown_bar
 from workbench.present.tables import decimals_for, rounded
@@ -23,8 +24,10 @@ def compare_page() -> None:
     qa, qb = st.query_params.get("a"), st.query_params.get("b")
     da, db = default_pair(runs)  # the newest run and its closest predecessor
     c1, c2 = st.columns(2)
-    a_name = c1.selectbox("A (before)", names, index=names.index(qa) if qa in names else da, key="compare_a")
-    b_name = c2.selectbox("B (after)", names, index=names.index(qb) if qb in names else db, key="compare_b")
+    a_name = c1.selectbox("A (before)", names, index=names.index(qa) if qa in names else da, key="compare_a",
+                          format_func=lambda n: printable(n, one_line=True))
+    b_name = c2.selectbox("B (after)", names, index=names.index(qb) if qb in names else db, key="compare_b",
+                          format_func=lambda n: printable(n, one_line=True))
     st.query_params["a"], st.query_params["b"] = a_name, b_name
     a, b = state.analysed_for(paths[a_name]), state.analysed_for(paths[b_name])
     if a is None or b is None:

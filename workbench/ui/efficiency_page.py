@@ -8,6 +8,8 @@ Everything shown comes from the run's result (``Result.efficiency``, ``Result.mo
 from __future__ import annotations
 
 import pandas as pd
+
+from workbench.format.words import pct
 import streamlit as st
 
 from workbench.pipeline.result import ModelInfo
@@ -24,7 +26,11 @@ TOP_KERNELS = 20
 
 
 def _num(v: float | None, unit: str = "", digits: int = 1) -> str:
-    return "—" if v is None else f"{v:,.{digits}f}{unit}"
+    if v is None:
+        return "—"
+    if unit == "%":  # a small share keeps its figure: 0.04%, not 0.0%
+        return pct(v, digits)
+    return f"{v:,.{digits}f}{unit}"
 
 
 def model_table(model: ModelInfo) -> pd.DataFrame:
@@ -111,10 +117,13 @@ def efficiency_page() -> None:
                         "attention halved), each dtype at its dense peak ÷ the job's step")
     cols[2].metric("MFU vs bf16 peak", _num(eff.mfu_bf16_pct, "%"), help="the same FLOPs against the bf16 dense peak: "
                    "what trainers that take one peak print (nanoGPT)")
-    # units in the labels: a fifth of a 1280-pixel window holds "37.6", not "37.64 TFLOP"
-    cols[3].metric("TFLOP per step", _num(eff.flops_per_step / 1e12, "", 1),
+    # units in the labels: a fifth of a 1280-pixel window holds "37.6", not "37.64 TFLOP"; a small model's
+    # step is GFLOP (4.51), not "0.0" TFLOP
+    unit, scale = ("TFLOP", 1e12) if eff.flops_per_step >= 1e12 else ("GFLOP", 1e9)
+    cols[3].metric(f"{unit} per step", _num(eff.flops_per_step / scale, "", 1 if eff.flops_per_step / scale >= 1 else 2),
                    help="executed FLOPs per step and device, counted from the GEMM, convolution and attention ops' shapes")
-    cols[4].metric("TFLOP/s achieved", _num(eff.achieved_tflops, ""),
+    rate = None if eff.achieved_tflops is None else eff.achieved_tflops * 1e12 / scale
+    cols[4].metric(f"{unit}/s achieved", _num(rate, "", 1 if (rate or 0) >= 1 else 2),
                    help="those FLOPs ÷ the job's step (" + (result.summary.steps_covered or "the profiled steps") + ")")
     st.caption(("MFU counts " + (eff.mfu_convention or "") + "; HFU the FLOPs the trace executed.") if model_mfu
                else "MFU = HFU here: " + (eff.mfu_convention or "the trace's executed FLOPs") + ".")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.format.printable import printable
+from workbench.format.words import pct
 from workbench.present.figures import step_breakdown_bar, step_time_lines, timeline
 from workbench.ui import state, widgets
 from workbench.present import summary
@@ -24,7 +26,7 @@ def _fmt(v: float | None, unit: str, digits: int = 1) -> str:
 @page("Overview", url_path="overview", section="Run", order=10)
 def overview_page() -> None:
     path, analysed = state.selected()
-    st.title(path.name if path else "Overview")
+    st.title(printable(path.name, one_line=True) if path else "Overview")
     if analysed is None:
         return
     result, analysis = analysed.result, analysed.analysis()
@@ -38,7 +40,7 @@ def overview_page() -> None:
     cols[1].metric("GPU busy" if gpu else "CPU busy (no GPU)", _fmt(h.gpu_busy_pct, "%", 0),
                    help="share of the step the GPU runs kernels or copies" if gpu else
                    "CPU run: share of the step the main thread computes")
-    cols[2].metric("MFU", _fmt(h.mfu_pct, "%"), help="model FLOPs utilisation, as `workbench analyze` reports it: the model's "
+    cols[2].metric("MFU", "—" if h.mfu_pct is None else pct(h.mfu_pct), help="model FLOPs utilisation, as `workbench analyze` reports it: the model's "
                    "FLOPs (nanoGPT's convention: 6·N_active + 6·L·heads·(head_dim + v_head_dim)·seq per token, the model inferred from the trace) × tokens per step at the device's "
                    "dense peak ÷ the job's step; the trace's executed FLOPs where the model cannot be inferred (Efficiency "
                    "page: MFU and HFU)")

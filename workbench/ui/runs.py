@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -11,9 +13,11 @@ from workbench.format.kineto import trace_files
 from workbench.ui import state, widgets
 from workbench.ui.registry import page
 
-# Runs whose traces total less than this are analysed to fill the verdict column; larger ones
-# show their verdict once opened (analysis is cached), so the list stays instant.
+# Runs whose traces total less than this are analysed to fill the verdict column, for at most
+# AUTO_ANALYZE_S seconds a visit; larger ones, and those past the budget, show their verdict once opened
+# (an analysis the CLI or the app cached is shown at once), so that a root of a hundred runs lists quickly.
 AUTO_ANALYZE_BYTES = 20 << 20
+AUTO_ANALYZE_S = 20.0
 
 
 @page("Runs", url_path="runs", section="Runs", order=10)
@@ -28,8 +32,9 @@ def runs_page() -> None:
         # the first visit analyses every small run for its verdict (cached after): say so as it goes
         bar = st.progress(0.0, text=f"Reading the verdicts of {len(rows)} run(s)…")
         table = []
+        until = time.monotonic() + AUTO_ANALYZE_S
         for i, r in enumerate(rows):
-            table.append(_row(r))
+            table.append(_row(r, analyse=time.monotonic() < until))
             bar.progress((i + 1) / len(rows), text=f"Reading the verdicts of {len(rows)} run(s)… {widgets.as_text(r['name'])}")
         bar.empty()
         # a static table: every verdict whole, wrapped to the window (a grid cuts long text)
@@ -42,15 +47,17 @@ def runs_page() -> None:
     _upload(root)
 
 
-def _row(r: dict) -> dict:
+def _row(r: dict, analyse: bool = True) -> dict:
     verdict = state.known_verdict(r["path"])
     if verdict is None:
         size = sum(f.stat().st_size for f in trace_files(r["path"]))
-        if size < AUTO_ANALYZE_BYTES:
+        if analyse and size < AUTO_ANALYZE_BYTES or state.cached_verdict(r["path"]) is not None:
             a = state.analysed_quietly(r["path"])  # a run that cannot be analysed is a row that says why
             verdict = a.result.verdict if not isinstance(a, str) else f"not analysed: {a}"
-        else:
+        elif size >= AUTO_ANALYZE_BYTES:
             verdict = f"({size / 2**20:.0f} MiB of traces: open it in Overview)"
+        else:
+            verdict = "(not analysed yet: open it in Overview)"
     hosts = r["manifest"].get("hosts") or []
     return {
         "run": r["name"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -14,11 +15,13 @@ from workbench.analysis.memory import count_params, weight_shapes
 from workbench.analysis.steps import step_windows
 from workbench.format.errors import WorkbenchError
 from workbench.format.kineto import trace_files
+from workbench.format.printable import printable, printable_doc
 from workbench.present.figures import timeline_lanes
 from workbench.load import find_runs
 from workbench.pipeline.cache import CACHE_DIR
 from workbench.pipeline import AnalysedRun, Options
 from workbench.present.shown import shown
+from workbench.pipeline.result import Result
 from workbench.pipeline.verdict import Analysis
 
 # Verdicts of the runs analysed in this server process, for the Runs page (which never analyses
@@ -45,7 +48,10 @@ def _analysed(path: str, mtime: float) -> AnalysedRun:
     # In this process: worker processes of a Streamlit script would import the script again as
     # their __main__ (multiprocessing's spawn/forkserver preparation), i.e. run the app. The
     # caches make a run opened before fast; `workbench analyze RUN` fills them on all cores.
-    return shown(path, Options(workers=1))
+    a = shown(path, Options(workers=1))
+    # what every page shows of the run (its verdict, warnings, findings, names) with the run's text
+    # escaped: an escape sequence or a carriage return in an error is shown, not acted on
+    return dataclasses.replace(a, result=Result.from_json(printable_doc(a.result.to_json())))
 
 
 def _analysis(path: str, mtime: float) -> Analysis:
@@ -56,15 +62,15 @@ def analysed_quietly(path: Path) -> AnalysedRun | str:
     """The run analysed (see :func:`analysed_for`), or what stops its analysis, in one line (a run
     that wrote no trace, a corrupt file): for pages that say it their own way."""
     try:
-        with st.spinner(f"Analyzing {path.name}…"):
+        with st.spinner(f"Analyzing {printable(path.name, one_line=True)}…"):
             key = (str(path), mtime(path))
             a = _analysed(*key)
             a.analysis()
             _VERDICTS[key] = a.result.verdict
             return a
     except WorkbenchError as e:
-        _VERDICTS[(str(path), mtime(path))] = f"not analysed: {e}"
-        return str(e)
+        _VERDICTS[(str(path), mtime(path))] = f"not analysed: {printable(str(e), one_line=True)}"
+        return printable(str(e), one_line=True)
 
 
 def analysed_for(path: Path) -> AnalysedRun | None:
@@ -95,6 +101,7 @@ def run_facts(path: Path) -> list[str]:
         return []
     ranks = m.get("ranks") if isinstance(m.get("ranks"), dict) else {}
     steps = [r.get("steps") for r in ranks.values() if isinstance(r, dict) and r.get("steps") is not None]
+    m = printable_doc(m)
     out = [f"`{m['command']}`" if m.get("command") else "",
            f"status {m.get('status', 'unknown')}, exit code {m.get('exit_code', 'unknown')}"
            + (f", {max(steps)} optimizer step(s) recorded on a rank" if steps else "")]
@@ -107,6 +114,18 @@ def run_facts(path: Path) -> list[str]:
 
 def known_verdict(path: Path) -> str | None:
     return _VERDICTS.get((str(path), mtime(path)))
+
+
+def cached_verdict(path: Path) -> str | None:
+    """The verdict an earlier analysis cached for the run (``workbench analyze``, the app), read without
+    analysing; None when there is none or the run changed since."""
+    from workbench.pipeline.cache import cached_result
+
+    try:
+        doc = cached_result(path, "alternatives") or cached_result(path)
+    except (OSError, WorkbenchError):
+        return None
+    return doc.get("verdict") if isinstance(doc, dict) else None
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -197,8 +216,12 @@ def selected_run() -> Path | None:
         return None
     names = [r["name"] for r in all_runs]
     wanted = st.query_params.get("run")
+    if wanted and wanted not in names and st.session_state.get("run") != wanted:
+        # a link to a run that is not under this root: said, not silently replaced by another run
+        st.warning(f"No run `{printable(wanted, one_line=True)}` under the traces root `{traces_root()}` "
+                   f"({len(names)} run(s) there): showing `{printable(names[0], one_line=True)}`; pick another in the sidebar.")
     index = names.index(wanted) if wanted in names else 0
-    name = st.sidebar.selectbox("Run", names, index=index, key="run")
+    name = st.sidebar.selectbox("Run", names, index=index, key="run", format_func=lambda n: printable(n, one_line=True))
     st.query_params["run"] = name
     return next(r["path"] for r in all_runs if r["name"] == name)
 

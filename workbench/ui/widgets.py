@@ -7,6 +7,7 @@ import re
 import pandas as pd
 import streamlit as st
 
+from workbench.format.printable import printable
 from workbench.present.shown import alternative_line
 
 from workbench.present import summary
@@ -18,8 +19,9 @@ _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 def as_text(value) -> str:
     """``value`` as literal text where Streamlit reads markdown (a static table's cells): every ASCII
-    punctuation mark escaped, so a source's ``__next__`` stays ``__next__``, not a bold "next"."""
-    return _PUNCTUATION.sub(r"\\\1", str(value))
+    punctuation mark escaped, so a source's ``__next__`` stays ``__next__``, not a bold "next", and every
+    control character shown as its escape (workbench.format.printable)."""
+    return _PUNCTUATION.sub(r"\\\1", printable(str(value), one_line=True))
 
 
 def static_table(df: pd.DataFrame) -> None:
