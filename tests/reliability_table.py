@@ -295,6 +295,51 @@ def comparable(text: str) -> str:
     return _MEASURED.sub("#", text)
 
 
+DAMAGE_INTRO = """## Damaged committed runs (`tests/hostile_runs.py`)
+
+Generated at test time from committed runs of six kinds (a healthy CPU DDP run, a gloo timeout, out-of-memory
+errors with and without a trace, a mixture of experts, a GPU run): every column of every CSV and every leaf of
+every JSON file the run directory contract names, each given hostile values (NaN, infinities, 400 digits,
+`1e999`, words, negative and impossibly large figures, mistyped JSON, terminal escapes), and damage of a whole
+run (a manifest that still says `running`, none at all, error texts of a MiB on one line, stray files, a NaN
+loss, escapes in the directory's name, `plan --from-run` then `analyze`). Each case runs `analyze --json`,
+`analyze` (or `plan --from-run`) in-process; `tests/load/test_hostile_runs.py` requires of every case: a
+result or one clear line with exit 2, within 30 s, no traceback, no raw control character, strict JSON, no
+impossible figure stated as fact (MFU or a share past 100 %, a negative time, memory by category beyond the
+device unless a warning calls it inconsistent), a failed run's verdict a failure, a NaN loss named, a damaged
+value named in a warning. CI runs a stable sample; `WORKBENCH_FUZZ=deep` runs every case.
+"""
+
+
+def render_damage() -> str:
+    """The damaged-runs section: per class, the cases generated, those CI runs, how they are handled."""
+    from tests import hostile_runs as hr
+
+    deep, every = hr.cases(deep=True), hr.cases(deep=False)
+    names = {x.name for x in hr.ci_cases()}
+    ci = [c for c in every if c.name in names]
+    rows = [[k, *(str(sum(c.klass == k for c in group)) for group in (deep, ci)), how] for k, how in hr.HANDLED.items()]
+    rows.append(["**all**", str(len(deep)), str(len(ci)), ""])
+    return "\n".join([DAMAGE_INTRO, _table(["class", "cases (`WORKBENCH_FUZZ=deep`)", "in CI", "how it is handled"], rows)])
+
+
+CONDITIONS = [
+    ("mixed GPUs in one run", "each rank's device is read from its trace; ranks on different GPU models are named in a "
+     "warning (`mixed devices: … MFU and the roofline use <rank 0's GPU>'s peaks for every rank`), in `run.devices` of "
+     "`--json` and in the verdict (`ranks on N GPU models`); `compare` of runs on different GPUs says they are not like "
+     "for like", "`tests/hostile_corpus.py` cases `mixed_gpus`, `compare_other_gpu`"),
+    ("a closed stdout, a full disk under it, a reader that left", "`workbench analyze RUN >&-` and `> /dev/full`: one clear "
+     "line, exit 2 (`stdout is closed: …`, `cannot write the result (No space left on device) …`); `| head`: exit 0, "
+     "nothing on stderr; a profiled script that closes its own stdout and stderr trains on and its run is kept",
+     "`tests/cli/test_closed_stdout.py`; the corpus case `script_closes_stdio`"),
+    ("very many ranks", "at most 1,024 trace files are analysed at once (`WORKBENCH_MAX_RANKS` raises it): past that one "
+     "clear line says so before any is read; each rank is reduced to small summary frames (in worker processes where the "
+     "traces are large) and only summaries are merged; an uploaded zip of more members than a 1,024-rank run has is "
+     "refused while reading its directory", "`tests/hostile_corpus.py` cases `ranks_10000`, `upload_zip_25000_members`"),
+]
+"""Conditions handled and tested elsewhere: (condition, how it is handled, where it is tested)."""
+
+
 def render(observed: dict[str, Outcome], extra: list[tuple[str, str, Outcome]], not_tested: list[tuple[str, str]],
            known: list[tuple[str, str]], open_bugs: list[tuple[str, str]] = (), corpus: dict | None = None) -> str:
     """RELIABILITY.md from the observed outcomes (``extra``: rows observed without the CLI;
@@ -306,6 +351,9 @@ def render(observed: dict[str, Outcome], extra: list[tuple[str, str, Outcome]], 
     return "\n".join([
         INTRO,
         *([render_corpus(corpus), ""] if corpus else []),
+        render_damage(), "",
+        "## Other conditions\n",
+        _table(["condition", "how it is handled", "tested by"], [list(r) for r in CONDITIONS]), "",
         "## Hostile inputs (`workbench analyze --json DIR`)\n",
         "Exit 2 is a one-line error (the message is the first stderr line; DIR is the input's path).\n",
         _table(["case", "input", "how", "exit", "message", "kept"], rows),
