@@ -142,6 +142,8 @@ def _result_key(path: Path | str) -> tuple[Path, dict] | None:
     key["csv"] = [stat_key(f) for f in sorted(path.glob("*.csv"))] if path.is_dir() else []
     # what the capture wrote beside the traces that the verdict also reads (memory records)
     key["memory"] = [stat_key(f) for f in sorted(path.glob("memory_rank*.json"))] if path.is_dir() else []
+    # the ranks' status files: how the run ended is read from them whatever the manifest says (load.state)
+    key["status"] = [stat_key(f) for f in sorted(path.glob("status_rank*.json"))] if path.is_dir() else []
     # windows opened while the job ran, and what the ranks recorded when it hung
     key["windows"] = [stat_key(f) for f in sorted(path.glob("windows/*/*"))] if path.is_dir() else []
     key["hang"] = [stat_key(f) for f in sorted(path.glob("hang_rank*.json"))] if path.is_dir() else []
