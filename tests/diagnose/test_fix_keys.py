@@ -31,3 +31,11 @@ def test_every_fix_key_is_an_engine_toggle():
     assert len(lists) >= 10, lists  # one per rule at least
     unknown = {where: [k for k in fix if k not in keys] for where, fix in lists.items()}
     assert not {w: u for w, u in unknown.items() if u}, unknown
+
+
+def test_the_advice_by_collective_names_engine_toggles():
+    from workbench.diagnose.rules.exposed_communication import ADVICE, advice
+
+    keys = engine_keys()
+    toggles = [k for _, fix in ADVICE.values() for k in fix] + advice({})[1]
+    assert toggles and not [k for k in toggles if k not in keys]

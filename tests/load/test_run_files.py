@@ -127,3 +127,20 @@ def test_a_failed_run_is_never_called_healthy(tmp_path, source, finding, damage)
     ids = [d.id for d in a.diagnoses]
     assert finding in ids, ids
     assert any("failed" in w for w in a.run.warnings)
+
+
+@pytest.mark.committed
+def test_a_capacity_the_trace_contradicts_is_set_aside(tmp_path):
+    """manifest.json says 1 KiB of device memory where the trace's driver says 139.8 GiB: the peak was
+    "13,043,916,800 % of capacity" before; now the trace's capacity is used and the warning says why."""
+    from workbench.pipeline.verdict import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(TRACES / "gpu_memory_heavy", run, ignore=shutil.ignore_patterns(".workbench-cache"))
+    m = json.loads((run / "manifest.json").read_text())
+    m["device_memory_bytes"] = 1024
+    (run / "manifest.json").write_text(json.dumps(m))
+    a = analyze_run(run, cache=False)
+    assert any(w.startswith("inconsistent evidence: manifest.json says the device holds 1 KiB") for w in a.run.warnings)
+    oom = next(d for d in a.diagnoses if d.id == "oom_risk")
+    assert 50 < oom.evidence["peak_reserved_pct"] <= 100 and oom.evidence["capacity_gib"] == pytest.approx(139.8, abs=0.1)

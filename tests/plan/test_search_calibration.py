@@ -139,3 +139,15 @@ def test_fsdp2_on_one_gpu_pays_its_host_floor_and_ddp_stays_first_for_a_small_mo
     doc = _doc(**kw, layout="tp=1,pp=1,dp=1,zero=0,mb=16")
     assert doc["plans"][0]["time"]["step_ms"] < fsdp["step_ms"]
     assert doc["plans"][1]["layout"]["zero"] == 0  # the search's best is DDP, not FSDP2
+
+
+@pytest.mark.committed
+def test_a_bandwidth_past_the_device_is_inconsistent_evidence_not_a_rate():
+    """The public H100 trace's memory-bound kernels moved the bytes the planner counts at 163 % of HBM (its
+    small tensors stayed in the L2 cache): said as inconsistent, the planner takes 100 %."""
+    from workbench.calibration.calibrate import calibrate
+
+    eff = calibrate([TRACES / "public" / "tracelens_h100"])
+    assert eff.memory_bound == 1.0
+    note = next(n for n in eff.notes if n.startswith("memory-bound kernels"))
+    assert "inconsistent" in note and "163% of HBM bandwidth" in note

@@ -242,11 +242,13 @@ def calibrate(runs: list[str | Path], base: Efficiencies | None = None, results:
         eff = replace(eff, attention=attn[0] / attn[1])
         notes.append(f"attention: {attn[0] / attn[1]:.0%} of peak")
     if membound[1]:
-        eff = replace(eff, memory_bound=membound[0] / membound[1])
-        notes.append(f"memory-bound kernels: {membound[0] / membound[1]:.0%} of HBM bandwidth for the bytes counted")
+        share, said = _within_hbm(membound[0] / membound[1], "memory-bound kernels", "for the bytes counted")
+        eff = replace(eff, memory_bound=share)
+        notes.append(said)
     if opt[1]:
-        eff = replace(eff, optimizer=opt[0] / opt[1])
-        notes.append(f"optimizer: {opt[0] / opt[1]:.0%} of HBM bandwidth")
+        share, said = _within_hbm(opt[0] / opt[1], "optimizer", "")
+        eff = replace(eff, optimizer=share)
+        notes.append(said)
     if host:
         per_kernel = sum(h[0] for h in host) / len(host)
         per_layer = sum(h[1] for h in host) / len(host)
@@ -290,3 +292,13 @@ def counted_bytes(case) -> dict[str, float]:
     t = step_time(case.model, case.layout, case.stack, case.global_batch, cluster, unit)
     hbm = cluster.gpu.hbm_tb_s * 1e12
     return {"memory_bound": t.memory_bound_s * hbm, "optimizer": t.optimizer_s * hbm}
+
+
+def _within_hbm(share: float, what: str, tail: str) -> tuple[float, str]:
+    """(the share of HBM bandwidth the planner takes, the note): a measured share above 100 % is no device's
+    (the bytes the planner counts moved faster than HBM can: small tensors stayed in the L2 cache, or the
+    kernels' times are wrong), so it is said as inconsistent evidence and the planner takes 100 %."""
+    if share <= 1.0:
+        return share, f"{what}: {share:.0%} of HBM bandwidth" + (f" {tail}" if tail else "")
+    return 1.0, (f"{what}: inconsistent: the bytes counted moved at {share:.0%} of HBM bandwidth, more than the device "
+                 "can (small tensors kept in the L2 cache, or wrong kernel times): 100 % is used")

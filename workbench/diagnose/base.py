@@ -167,6 +167,13 @@ class Context:
         b = self.breakdown
         return b[b["rank"] == rank] if len(b) else b
 
+    def communication(self, rank: int) -> dict | None:
+        """The rank's communication per step, exposed and hidden (workbench.analysis.exposed.rank_comm: the
+        breakdown's exposed part and the overlap frame's hidden part, in the job's step), or None."""
+        from workbench.analysis.exposed import rank_comm
+
+        return rank_comm(rank, self._rank_rows(rank), self.frame(frames.COMM_OVERLAP, rank), lambda ms: self.device_ms(rank, ms))
+
     def job_step_ms(self, rank: int) -> float:
         """The rank's step as the rules judge it: the job's (mean of its unprofiled steps) where
         known, else the recorded steps' mean."""

@@ -13,10 +13,14 @@ def memory_summaries(ctx: Context) -> dict[int, dict]:
     trace has none (captured without ``--profile-memory``, the default), the same
     keys from the allocator's own peaks in its steps CSV (analysis.memory.allocator_summary)."""
     out = {}
+    cap = ctx.capacity_bytes
     for r in ctx.ranks:
         s = ctx.frame(frames.MEMORY_SUMMARY, r)
         if not s.get("peak_reserved_bytes"):
-            s = allocator_summary(ctx.steps.get(r), ctx.capacity_bytes) or s
+            s = allocator_summary(ctx.steps.get(r), cap) or s
+        elif cap:  # against the run's checked capacity (workbench.load.capacity), not the one the frame was made with
+            s = {**s, "peak_reserved_pct": 100.0 * s["peak_reserved_bytes"] / cap,
+                 "headroom_gib": (cap - s["peak_reserved_bytes"]) / (1 << 30)}
         out[r] = s
     return out
 

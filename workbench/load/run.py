@@ -25,10 +25,11 @@ from workbench.hardware import devices
 
 from workbench.format import discover, hang_record, windows
 from workbench.format import manifest as manifest_file
-from workbench.format.kineto import RANK_FILE, trace_files
-from workbench.format.errors import TraceError, WorkbenchError
-from workbench.load import beside, completeness, jobs
+from workbench.format.kineto import RANK_FILE
+from workbench.format.errors import WorkbenchError
+from workbench.load import beside, capacity, completeness, jobs
 from workbench.load.jobs import Candidate
+from workbench.load.listing import find_runs  # noqa: F401 - the run list's home; imported from here too
 from workbench.load.state import STATUS_FILE, gist, run_state
 from workbench.load.trace import Trace, read_trace
 
@@ -270,6 +271,7 @@ def finish(run: Run, path: Path, wanted: set[int] | None = None) -> Run:
         world = run.manifest.get("world_size") if isinstance(run.manifest.get("world_size"), int) else None
         run.manifest, notes = run_state(path, run.manifest, world, wanted)
         run.warnings.extend(notes)
+        run.warnings.extend(capacity.check(run))  # the device's memory, before any figure is set against it
     run.ranks = dict(sorted(run.ranks.items()))
     align_clocks(run.rank_info)
     # how the traces were read, and with all the ranks asked for, whether that is the whole job on one kind of device
@@ -335,57 +337,3 @@ def align_clocks(traces: dict) -> None:
         else:
             t.clock_offset_us, t.clock_source = 0.0, "none"
 
-
-MAX_RUN_DEPTH = 4
-"""How deep under a traces root runs are looked for (``traces/corpus/<run>`` is 2 deep)."""
-MAX_DIRS_LISTED = 20_000
-"""Directories looked at under a root: the list stays quick whatever the root holds."""
-
-
-def _run_dirs(root: Path) -> list[Path]:
-    """Directories under ``root`` that hold a manifest or trace files, breadth first to
-    :data:`MAX_RUN_DEPTH`; a run's own subfolders and hidden ones (the analysis cache) are not searched."""
-    out, todo, seen = [], [(root, 0)], 0
-    while todo and seen < MAX_DIRS_LISTED:
-        d, depth = todo.pop(0)
-        try:
-            children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and not p.is_symlink())
-        except OSError:
-            continue
-        for c in children:
-            seen += 1
-            if (c / contract.MANIFEST).exists() or trace_files(c):
-                out.append(c)
-            elif depth + 1 < MAX_RUN_DEPTH:
-                todo.append((c, depth + 1))
-    return out
-
-
-def find_runs(root: Path | str) -> list[dict[str, Any]]:
-    """Every run under ``root`` (directories holding a manifest or traces, in subfolders too: a run's
-    ``name`` is its path relative to ``root``, ``corpus/hf_trainer_gpu``), newest first.
-
-    Reads manifests only (cheap): the app's run list and ``workbench analyze`` of a root.
-    """
-    root = Path(root)
-    out = []
-    if not root.is_dir():
-        return out
-    for d in _run_dirs(root):
-        has_manifest = (d / contract.MANIFEST).exists()
-        try:
-            m = read_manifest(d)
-        except TraceError as e:
-            m = {"status": "unreadable", "error": str(e)}
-        out.append({
-            "name": d.relative_to(root).as_posix(),
-            "path": d,
-            "status": m.get("status", "bare" if not has_manifest else "unknown"),
-            "world_size": m.get("world_size") or len(trace_files(d)) or None,
-            "device": m.get("device_name"),
-            "start": m.get("start_utc"),
-            "command": m.get("command"),
-            "manifest": m,
-        })
-    out.sort(key=lambda r: r["start"] or "", reverse=True)
-    return out

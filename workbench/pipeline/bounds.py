@@ -34,8 +34,12 @@ SIZE_FIELDS = ("params_total", "params_non_embedding", "params_active", "layers"
 here: counts that are 0 in real models (``params_embedding`` of a tied table with rotary positions,
 ``shared_experts``, ``dense_layers``)."""
 PEAK_FIGURES = ("mfu_pct", "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct")
-EVIDENCE_PCT = ("mfu_pct", "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct", "ceiling_pct", "pct_of_peak")
-"""A finding's evidence keys that are shares of a peak."""
+EVIDENCE_PCT = ("mfu_pct", "mfu_bf16_pct", "hfu_pct", "hfu_bf16_pct", "ceiling_pct", "pct_of_peak", "peak_reserved_pct",
+                "share_pct")
+"""A finding's evidence keys that are shares of a whole: a peak, the device's memory (what a device holds
+cannot pass it: the capacity or the measure is wrong), the step."""
+OVER_PEAK = 1.0
+"""Percentage points a share may pass 100 by before it is no measurement (rounding of two figures)."""
 LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
@@ -52,13 +56,15 @@ def plausible_findings(findings: list) -> tuple[list, list[dict]]:
     ``implausible`` entries of those that rest on a share of a peak above 100 %."""
     kept, out = [], []
     for d in findings:
-        bad = {k: v for k, v in (d.evidence or {}).items() if k in EVIDENCE_PCT and (_num(v) or 0) > MAX_PCT}
+        bad = {k: v for k, v in (d.evidence or {}).items() if k in EVIDENCE_PCT and (_num(v) or 0) > MAX_PCT + OVER_PEAK}
         if not bad:
             kept.append(d)
             continue
         k, v = next(iter(bad.items()))
+        whole = "the device's memory" if k == "peak_reserved_pct" else "the step" if k == "share_pct" else "the device's peak"
         out.append({"figure": f"diagnoses.{d.id}", "value": v, "bound": MAX_PCT,
-                    "why": f"its evidence {k} is {_fmt(v)} %, past the device's peak: the finding is withheld"})
+                    "why": f"its evidence {k} is {_fmt(v)} %, past {whole} (inconsistent evidence: the whole or the "
+                           "measure is wrong): the finding is withheld"})
     return kept, out
 
 
@@ -126,6 +132,10 @@ def apply(doc: dict[str, Any], withheld: list[dict] | None = None) -> dict[str, 
     for k in ("mfu_pct", "hfu_pct"):
         if k in metrics and metrics[k] is not None and eff and out["efficiency"].get(k) is None:
             metrics[k] = None
+    for field, bound, why in _over_their_whole(out):
+        lines.append(f"implausible: the model's {field} is more than its {bound} ({why}): {field} withheld, the evidence "
+                     "is inconsistent")
+        found.append({"figure": f"model.fields.{field}", "value": why, "bound": f"≤ {bound}", "why": "more than its whole"})
     zero = _zero_sizes(out)
     if zero:
         lines.append(f"implausible: the model's {', '.join(zero)} {'is' if len(zero) == 1 else 'are'} 0 in the trace's shapes "
@@ -157,6 +167,23 @@ def _zero_sizes(doc: dict) -> list[str]:
         zero.append("params_embedding")
         f["value"], f["confidence"] = None, "low"
     return zero
+
+
+PARTS = (("top_k", "experts"), ("kv_heads", "heads"), ("params_active", "params_total"), ("dense_layers", "layers"),
+         ("moe_layers", "layers"), ("params_embedding", "params_total"))
+"""(part, whole) of the model's fields: a part past its whole (top-64 of 8 experts) is no model."""
+
+
+def _over_their_whole(doc: dict) -> list[tuple[str, str, str]]:
+    """The model's fields past their whole (:data:`PARTS`): withheld in place, (field, whole, "64 of 8")."""
+    fields = ((doc.get("model") or {}).get("fields") or {})
+    out = []
+    for part, whole in PARTS:
+        a, b = (_num((fields.get(k) or {}).get("value")) for k in (part, whole))
+        if a is not None and b is not None and b > 0 and a > b:
+            fields[part]["value"], fields[part]["confidence"] = None, "low"
+            out.append((part, whole, f"{a:,.0f} of {b:,.0f}"))
+    return out
 
 
 def _lower_confidence(doc: dict) -> None:

@@ -19,10 +19,13 @@ from workbench.analysis.moe_time import moe_shares
 
 
 def efficiency_json(frames: dict[int, Efficiency], scale: pd.Series, model: dict, device_name: str | None,
-                    world_size: int | None, moe: dict) -> dict[str, Any] | None:
+                    world_size: int | None, moe: dict, step_ms: float | None = None) -> dict[str, Any] | None:
     """The ``efficiency`` JSON key from each rank's analysis.kernel_classes.efficiency (``frames``)
     set against the job's step (``scale``: rank → recorded / job step), the inferred ``model`` and
-    the MoE time frames (``moe``: rank → analysis.moe_time); None when no FLOPs were counted."""
+    the MoE time frames (``moe``: rank → analysis.moe_time); None when no FLOPs were counted.
+    ``step_ms``: the step the run states (``summary.step_ms``): ``achieved_tflops`` is the FLOPs per step
+    over it, so that FLOPs per step ÷ the printed step is the printed rate (on CPU traces the per-step
+    rows keep their recorded steps: the job's step there is not the trace's device time)."""
     steps = [_per_step_of_job(e.per_step, scale.get(r, 1.0)).assign(rank=r) for r, e in frames.items() if not e.per_step.empty]
     steps = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame()
     if steps.empty or not (steps["flops"] > 0).any():
@@ -43,7 +46,8 @@ def efficiency_json(frames: dict[int, Efficiency], scale: pd.Series, model: dict
     mfu = model_mfu(model, steps, peak, world_size)
     return {
         "flops_per_step": num(steps["flops"].mean()),
-        "achieved_tflops": num(steps["tflops_per_s"].mean()),
+        "achieved_tflops": num(steps["flops"].mean() / (step_ms / 1e3) / 1e12) if step_ms and step_ms > 0
+        else num(steps["tflops_per_s"].mean()),
         "mfu_pct": mfu["mfu_pct"] if mfu else hfu,
         "mfu_bf16_pct": mfu["mfu_bf16_pct"] if mfu else hfu_bf16,
         "hfu_pct": hfu,
@@ -143,7 +147,7 @@ def _no_model(model: dict) -> str:
     if kind is None:
         return "the model could not be inferred from the trace (no shapes or no step)"
     if kind != "transformer":
-        return f"a {kind} has no per-token model FLOPs"
+        return f"no per-token model FLOPs: the trace shows a model that is not a transformer (kind {kind!r})"
     missing = [k for k in ("params_non_embedding", "layers", "heads", "head_dim", "seq", "global_tokens_per_step")
                if value(model, k) is None]
     return f"the model's {', '.join(missing) or 'FLOPs'} could not be inferred"

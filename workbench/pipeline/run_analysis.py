@@ -21,6 +21,7 @@ from workbench.analysis.frames import MOE_TIME
 from workbench.analysis.job import capture_cost, correction_note, job_words, tokens_per_s
 from workbench.analysis.kernel_classes import Efficiency as RankEfficiency
 from workbench.analysis.experts import expert_load_json
+from workbench.analysis.exposed import least_waiting
 from workbench.analysis.memory import GIB
 from workbench.analysis.model_run import run_model
 from workbench.analysis.model.launch import overlay
@@ -96,13 +97,14 @@ class Analysis:
             return out
         if self.trace_breakdown is not None and not self.trace_breakdown.empty:
             out["trace_step_ms"] = float(self.trace_breakdown["step_ms"].mean())
-        scale = self.job_scale()
         busy = {r: b for r, b in self.per_rank_frames(frames.DEVICE_BUSY).items() if not b.empty}
         busy_pct = float(np.mean([ctx.busy_pct(r, b) for r, b in busy.items()])) if busy else None
         out["gpu_busy_pct" if ctx.has_gpu else "compute_busy_pct"] = busy_pct
-        ov = {r: o for r, o in self.per_rank_frames(frames.COMM_OVERLAP).items() if not o.empty}
-        out["exposed_comm_pct"] = min(float(o["exposed_pct"].mean()) * scale.get(r, 1.0) for r, o in ov.items()) if ov else None
-        out["comm_ms_per_step"] = float(np.mean([ctx.device_ms(r, o["comm_ms"].mean()) for r, o in ov.items()])) if ov else None
+        # the rule's figures (workbench.analysis.exposed): the least-waiting rank's exposed share and its
+        # communication, exposed ≤ communication by construction
+        comm = least_waiting(list(self.communication().values()))
+        out["exposed_comm_pct"] = comm["exposed_pct"] if comm else None
+        out["comm_ms_per_step"] = comm["comm_ms"] if comm else None
         over = self.capture_overhead()
         if over and over.get("ratio"):
             out["capture_overhead_ratio"] = float(over["ratio"])
@@ -133,6 +135,12 @@ class Analysis:
         if load := self.expert_load_json():
             out["expert_maxvio"] = load["maxvio"]
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+    def communication(self) -> dict[int, dict]:
+        """rank → its communication per step, exposed and hidden (workbench.analysis.exposed.rank_comm): what
+        ``exposed_communication``, ``metrics`` and the Communication page all state."""
+        ctx = self.context
+        return {} if ctx is None else {r: c for r in ctx.ranks if (c := ctx.communication(r)) is not None}
 
     def model_json(self) -> dict[str, Any]:
         """The ``model`` JSON key: the model inferred from the traces (analysis.model_run.run_model)."""
@@ -167,8 +175,9 @@ class Analysis:
         return self._efficiency or None
 
     def _efficiency_json(self) -> dict[str, Any] | None:
+        step = float(self.breakdown["step_ms"].mean()) if not self.breakdown.empty else None
         return efficiency_json(self.efficiency_frames(), self.job_scale(), self.model_json(), self.run.device_name,
-                               self.run.world_size, self.per_rank_frames(MOE_TIME))
+                               self.run.world_size, self.per_rank_frames(MOE_TIME), step_ms=step)
 
     def host_ahead(self) -> dict[str, float] | None:
         """The host ran ahead of the GPU: steps take longer on the GPU's clock than on the host's."""

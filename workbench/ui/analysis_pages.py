@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.analysis import frames
+from workbench.analysis.exposed import COLUMNS as COMM_COLUMNS, per_step
 from workbench.analysis.memory import memory_timeline, step_floors, zero_model_states_bytes
 from workbench.present.figures import (collective_bytes_bar, comm_overlap_bar, memory_categories_bar, memory_lines,
                                        utilisation, zero_what_if)
@@ -69,10 +70,14 @@ def communication_page() -> None:
         st.dataframe(rounded(inv), hide_index=True, width="stretch")
     if not ov.empty:
         st.subheader("Overlap with compute, per rank")
-        st.plotly_chart(comm_overlap_bar(ov), width="stretch")
-        per_rank = rounded(ov.groupby("rank")[["step_ms", "comm_ms", "overlapped_ms", "exposed_ms", "exposed_pct"]].mean())
-        st.caption("Mean per profiled step; exposed_pct is the exposed share of the step.")
-        st.dataframe(per_rank.reset_index(), hide_index=True, width="stretch")
+        # the figures `workbench analyze` states (workbench.analysis.exposed): the exposed part is the step
+        # breakdown's communication, the hidden part the overlap under compute, communication their sum
+        tb = analysis.trace_breakdown if analysis.trace_breakdown is not None else analysis.breakdown
+        st.plotly_chart(comm_overlap_bar(per_step(tb, ov)), width="stretch")
+        per_rank = pd.DataFrame(list(analysis.communication().values()), columns=COMM_COLUMNS)
+        st.caption("Mean per step of the job (as `workbench analyze` states it; the bars above are the profiled steps "
+                   "themselves); exposed_pct is the exposed share of the step.")
+        st.dataframe(rounded(per_rank), hide_index=True, width="stretch")
 
 
 @page("Memory", url_path="memory", section="Run", order=50)
