@@ -33,7 +33,7 @@ def test_exposed_communication_is_never_more_than_communication(runs, name):
     m = a.metrics()
     top = min(comm.values(), key=lambda c: c["exposed_pct"])
     assert m["exposed_comm_pct"] == pytest.approx(top["exposed_pct"], abs=1e-3)
-    assert m["comm_ms_per_step"] == pytest.approx(top["comm_ms"], abs=1e-3) and m["comm_ms_per_step"] >= top["exposed_ms"]
+    assert m["comm_ms_per_step"] == pytest.approx(top["comm_ms"], abs=1e-3) and m["comm_ms_per_step"] >= top["exposed_ms"] - 1e-4
     d = _finding(a, "exposed_communication")
     if d is not None:  # the verdict states the same figures
         assert d.evidence["share_pct"] == pytest.approx(m["exposed_comm_pct"], abs=0.01)
@@ -67,7 +67,8 @@ def test_the_rate_is_the_flops_over_the_printed_step(path):
     """12.7 GFLOP/s was printed beside 0.19 GFLOP over a 13.9 ms step (13.8) before."""
     r = analyze_run(path).result()
     eff = r.efficiency
-    assert eff.achieved_tflops * 1e12 * r.summary.step_ms / 1e3 == pytest.approx(eff.flops_per_step, rel=1e-3)
+    rate = eff.flops_per_step / (r.summary.step_ms / 1e3) / 1e12
+    assert eff.achieved_tflops == pytest.approx(rate, rel=1e-3, abs=5e-5)  # --json keeps 4 decimals of TFLOP/s
 
 
 def test_a_gpu_trace_speaks_of_a_gpu():
