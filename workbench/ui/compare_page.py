@@ -33,8 +33,9 @@ def compare_page() -> None:
     if a is None or b is None:
         return
     for col, name, an in ((c1, a_name, a), (c2, b_name, b)):
+        name = printable(name, one_line=True)
         with col:
-            st.markdown(f"**{name}**")
+            st.markdown(f"**{widgets.as_text(name)}**")
             widgets.verdict(an.result)
             per_rank = an.analysis().per_rank
             if per_rank.empty:  # a run that failed before its trace: no step to draw

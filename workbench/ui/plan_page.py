@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from workbench.format.printable import printable
+
 from workbench.format.errors import WorkbenchError
 from workbench.hardware.devices import resolve
 from workbench.hardware.peaks import DEVICES
@@ -62,7 +64,7 @@ def _table(doc: dict) -> pd.DataFrame:
 def _from_run(fr: dict) -> None:
     """The run against the plan of its own layout (``plan --from-run``'s ``from_run`` block)."""
     meas, pred, err = fr.get("measured") or {}, fr.get("predicted") or {}, fr.get("error_pct") or {}
-    st.subheader(f"{fr['name']} against its plan")
+    st.subheader(f"{printable(fr['name'], one_line=True)} against its plan")
     c = st.columns(2)
     for col, (label, m, p, e, unit) in zip(c, (("Step", meas.get("step_ms"), pred.get("step_ms"), err.get("step"), "ms"),
                                                ("Memory per GPU", meas.get("peak_memory_gib"), pred.get("memory_gib"),
@@ -95,7 +97,7 @@ def plan_page() -> None:
     NONE = "none: plan a model"
     asked = q.get("run")
     source = st.selectbox("Plan from a run (`workbench plan --from-run`)", [NONE, *runs],
-                          index=runs.index(asked) + 1 if asked in runs else 0,
+                          index=runs.index(asked) + 1 if asked in runs else 0, format_func=lambda n: printable(n, one_line=True),
                           help="the model its traces show (or an engine run's config), on its GPUs, its global batch "
                                "and its layout, predicted beside what it measured")
     run_path = paths.get(source)
@@ -105,7 +107,7 @@ def plan_page() -> None:
         try:
             defaults = _run_defaults(run_path, state.mtime(Path(run_path)))
         except WorkbenchError as e:
-            st.warning(f"{source} cannot be planned from: {e}")
+            st.warning(f"{printable(source, one_line=True)} cannot be planned from: {printable(str(e), one_line=True)}")
             run_path = None
     c1, c2, c3, c4 = st.columns(4)
     RUN_MODEL = "the run's model"
