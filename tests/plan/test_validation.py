@@ -278,3 +278,25 @@ def test_broken_manifests_through_from_run_are_one_line(tmp_path, capsys, how, w
         m.write_text(json.dumps(man))
     rc, _, err = _cli(capsys, "--from-run", str(run))
     _one_line_error(rc, err, word)
+
+
+@pytest.mark.committed
+@pytest.mark.parametrize("key, value", [("data.batch_size", 1e30), ("data.batch_size", "lots"), ("train.grad_accum", float("inf")),
+                                        ("parallel.microbatches", -3)])
+def test_an_engine_config_no_engine_writes_is_one_line(capsys, tmp_path, key, value):
+    """`plan --from-run` of an engine run whose manifest holds a batch of 1e30 (planned without a word, then a
+    TypeError in the alternatives before) or an infinite accumulation (OverflowError before)."""
+    import json
+    import shutil
+
+    from tests.conftest import TRACES
+
+    run = tmp_path / "run"
+    shutil.copytree(TRACES / "case_gpu_3_batch32", run, ignore=shutil.ignore_patterns(".workbench-cache"))
+    m = json.loads((run / "manifest.json").read_text())
+    section, name = key.split(".")
+    m["config"][section][name] = value
+    (run / "manifest.json").write_text(json.dumps(m))
+    rc, out, err = _cli(capsys, "--from-run", str(run))
+    _one_line_error(rc, err, "engine config is not one the engine writes", key)
+    assert out == ""

@@ -55,14 +55,29 @@ def engine_case(run: str | Path, manifest: dict | None = None) -> EngineCase:
         raise WorkbenchError(f"{run}: not an engine run (its manifest has no engine config)")
     try:
         return _engine_case(run, man, cfg)
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+    except WorkbenchError as e:  # a count past what the planner takes (validate): which run, which key
+        raise WorkbenchError(f"{run}: its manifest's engine config is not one the engine writes ({e}); re-run it or "
+                             "plan it with MODEL --gpus N --gpu NAME") from None
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as e:
         # a hand-edited or truncated config: say which run, not where the translation tripped
         raise WorkbenchError(f"{run}: its manifest's engine config is not one the engine writes "
                              f"({type(e).__name__}: {e}); re-run it or plan it with MODEL --gpus N --gpu NAME") from None
 
 
+def _whole(key: str, v, lo: int = 1, hi: int = 1_000_000_000) -> int:
+    """A count of the engine's config, checked (workbench.plan.validate: a whole number in [lo, hi])."""
+    from workbench.plan.validate import integer
+
+    return integer(key, v, lo, hi)
+
+
 def _engine_case(run: str | Path, man: dict, cfg: dict) -> EngineCase:
     mc, pc, dc, tc = cfg["model"], cfg["parallel"], cfg["data"], cfg["train"]
+    # every count the planner does arithmetic with: a batch of 1e30 or a grad_accum of inf is no engine run
+    dc = {**dc, "batch_size": _whole("data.batch_size", dc["batch_size"])}
+    tc = {**tc, "grad_accum": _whole("train.grad_accum", tc.get("grad_accum", 1))}
+    pc = {**pc, **{k: _whole(f"parallel.{k}", pc[k], hi=10_000_000) for k in ("tp", "pp", "dp", "ep", "microbatches")
+                   if pc.get(k) is not None}}
     world = int(man.get("world_size") or 1)
     ranks = man.get("ranks") or {}
     device = (next(iter(ranks.values()), {}) or {}).get("device") or ("cuda" if man.get("device_memory_bytes") else "cpu")
