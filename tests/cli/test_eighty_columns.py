@@ -70,6 +70,7 @@ RUNS = {
 
 
 @pytest.mark.committed
+@pytest.mark.slow  # each analyses a committed run of its kind in this process: 2-5 s on a loaded 2-core machine
 @pytest.mark.parametrize("kind", sorted(RUNS))
 def test_analyze_fits_80_columns(monkeypatch, kind):
     code, out, err = _run(monkeypatch, ["analyze", str(RUNS[kind])])
@@ -78,6 +79,7 @@ def test_analyze_fits_80_columns(monkeypatch, kind):
 
 
 @pytest.mark.committed
+@pytest.mark.slow  # compare analyses two runs, plan --from-run one and its search: 2-6 s on a loaded 2-core machine
 @pytest.mark.parametrize("argv", [
     ["compare", str(TRACES / "case_cpu_0_baseline"), str(TRACES / "case_cpu_1_more_workers")],
     ["plan", "llama3-70b", "--gpus", "512", "--gpu", "H100"],
