@@ -216,6 +216,7 @@ def test_runs_page_lists_committed_runs(monkeypatch):
     from workbench.present.shown import shown
 
     shown(TRACES / "ddp_slow_data")  # analysed (and cached) before: the list shows its verdict at once
+    monkeypatch.setattr("workbench.ui.runs.AUTO_ANALYZE_S", 2.0)  # a few runs analysed for the list, not 20 s of them
     at = open_page(monkeypatch, "runs_page", run=None)
     table = at.table[0].value
     table = table.set_axis([unescaped(i) for i in table.index]).map(unescaped)
