@@ -54,7 +54,10 @@ NAMES = [
      "float, long)", "indexing", "indexing"),
     ("Memcpy HtoD (Pageable -> Device)", "copy", "memcpy_htod"),
     ("Memset (Device)", "copy", "memset"),
-    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*)", "other", None),  # attention only through its op
+    # cuDNN SDPA's backward helpers name what they compute (the dQ accumulator's cast, dot(dO, O)): attention
+    # by name too, where a trace does not link them to their op (Lightning's bf16 run on an H100)
+    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*)", "attention", "cudnn"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)", "attention", "cudnn"),
     ("my_custom_kernel", "other", None),
 ]
 

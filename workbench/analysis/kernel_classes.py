@@ -60,7 +60,9 @@ CLASS_COLUMNS = ["class", "subclass", "kernels", "time_ms", "time_pct", "flops",
                  "bound", "pct_of_peak"]
 
 _I = re.IGNORECASE
-ATTENTION = re.compile(r"flash|fmha|sdpa|attention|attn|PyTorchMemEffAttention|sage_(?:fwd|bwd)", _I)
+# cuDNN SDPA's backward helpers (dot(dO, O), the dQ accumulator cast) are named by what they compute
+ATTENTION = re.compile(r"flash|fmha|sdpa|attention|attn|PyTorchMemEffAttention|sage_(?:fwd|bwd)"
+                       r"|cudnn::fusion::(?:compute_dot_do_o|convert_dq_to)", _I)
 LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|transpose|permute|tensorTransform", _I)
 GEMM = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hmma|gemv|splitKreduce|triton_tem|matmul|^bmm_", _I)
 CONV = re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|winograd|im2col|col2im|fft[12]d|scudnn|flip_filter"
