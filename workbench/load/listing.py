@@ -23,15 +23,28 @@ MAX_DIRS_LISTED = 20_000
 
 def _run_dirs(root: Path) -> list[Path]:
     """Directories under ``root`` that hold a manifest or trace files, breadth first to
-    :data:`MAX_RUN_DEPTH`; a run's own subfolders and hidden ones (the analysis cache) are not searched."""
+    :data:`MAX_RUN_DEPTH`; a run's own subfolders and hidden ones (the analysis cache) are not searched.
+    Symlinked directories are followed (a root may be links to runs kept elsewhere), each real directory once."""
     out, todo, seen = [], [(root, 0)], 0
+    visited = set()  # real paths: a symlinked run counts (a root of links to runs), a link loop is not followed twice
+    try:
+        visited.add(root.resolve())
+    except OSError:
+        pass
     while todo and seen < MAX_DIRS_LISTED:
         d, depth = todo.pop(0)
         try:
-            children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and not p.is_symlink())
+            children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
         except OSError:
             continue
         for c in children:
+            try:
+                real = c.resolve()
+            except (OSError, RuntimeError):
+                continue
+            if real in visited:
+                continue
+            visited.add(real)
             seen += 1
             if (c / contract.MANIFEST).exists() or trace_files(c):
                 out.append(c)
