@@ -84,12 +84,14 @@ def test_steady_steps_are_timed_on_the_gpu_clock_where_captured():
 def test_stall_title_from_profiled_steps_quotes_the_cli_table():
     a = analyze_run(TRACES / "fault_slow_data")
     d = stall(a)
-    # the stall was seen in the recorded steps; its share is of the job's step, whose steps the
-    # title names as the CLI's table title does (steps 3-5 recorded, 2 the profiler's warm-up)
+    # the stall was seen in the recorded steps (3-5, 2 the profiler's warm-up); one number per metric:
+    # its wait is the job's own (data_wait_ms of the steps CSVs), as the CLI table's dataloader column,
+    # of the job's step, so the title names the job's steps as the CLI's table title does
     assert d.evidence["steps_covered"] == "unprofiled steps 1, 6–7 (3 per rank, host clock)"
-    assert d.evidence["wait_from"] == "profiled steps 3–5"
-    assert d.title.endswith(f"of {a.per_rank['step_ms'].mean():.1f} ms, unprofiled steps 1, 6–7; "
-                            "the wait's share from profiled steps 3–5)")
+    assert d.evidence["wait_from"] == "unprofiled steps 1, 6–7"
+    assert d.evidence["share_pct"] == d.evidence["run_share_pct"]
+    assert d.title.endswith(f"of {a.per_rank['step_ms'].mean():.1f} ms, unprofiled steps 1, 6–7)")
+    assert f"{d.evidence['dataloader_ms_per_step']:.1f}" == f"{a.per_rank['dataloader_ms'].mean():.1f}"
     out = cli_output(a)
     assert "3 profiled step(s)" in out
     assert "the mean of unprofiled steps 1, 6–7 (3 per rank, host clock)" in " ".join(out.split())

@@ -52,8 +52,15 @@ def out():
 
 
 def err():
-    """A rich console on stderr: progress and notes."""
-    return make(stderr=True)
+    """A rich console on stderr: progress and notes. As :func:`out`: in a terminal it fits the
+    terminal's width; into a file or a pipe (``2> notes.txt``) each line is written whole, unless
+    ``$COLUMNS`` says how wide the reader is (rich's default of 80 would break a one-line warning
+    into several)."""
+    con = make(stderr=True)
+    if not con.is_terminal:
+        width = columns()
+        con = make(stderr=True, width=width) if width else make(stderr=True, width=PIPED_WIDTH, soft_wrap=True)
+    return con
 
 
 def note(text) -> None:

@@ -104,5 +104,5 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
     con = out()  # a terminal's width; a file or a pipe gets whole lines
-    print_plan(doc, con, notes=err())  # wrapped to the terminal, or to $COLUMNS (80 where neither says)
+    print_plan(doc, con, notes=err())  # wrapped to the terminal, or to $COLUMNS; piped, whole lines
     return 0

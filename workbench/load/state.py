@@ -30,6 +30,40 @@ def _failed(info: dict) -> bool:
     return (isinstance(code, int) and not isinstance(code, bool) and code != 0) or (isinstance(error, str) and bool(error.strip()))
 
 
+ENDED_BY_SIGNAL = {contract.STATUS_HUNG, contract.STATUS_INTERRUPTED}
+"""Statuses of a job the launcher ended itself: a hang it detected (it sends SIGTERM, then SIGKILL, exit
+124) or a signal the user sent. The ranks' deaths from that ending are not failures of the job."""
+
+_ENDING_CODES = {contract.HANG_EXIT_CODE, 128 + 2, 128 + 9, 128 + 15, -2, -9, -15}
+_DIED = re.compile(r"rank [0-9]+ died without reporting")
+
+
+def _interrupted(info: dict) -> bool:
+    """A rank that only recorded being ended by a signal ("interrupted by SIGTERM", or killed before it
+    could say anything), as the launcher tells a rank's own failure from one (capture/launcher.py)."""
+    error = info.get("error")
+    if isinstance(error, str) and error.strip():
+        return error.strip().startswith("interrupted by")
+    code = info.get("exit_code")
+    return bool(info.get("signal")) or code in _ENDING_CODES or code in (None, 0)
+
+
+def _hang_symptom(status: Any, error: Any) -> bool:
+    """In a hung run, a rank's collective timeout or lost peer (a connection the killed rank closed) is
+    what the hang and its ending did to it, not a failure of its own (as the launcher decides: hung)."""
+    if status != contract.STATUS_HUNG or not isinstance(error, str) or not error.strip():
+        return False
+    from workbench.analysis.failure import classify
+
+    return classify(error) in ("collective_timeout", "peer_failure")
+
+
+def _ending_error(error: str) -> bool:
+    """The manifest's error is one the launcher's own ending caused: a rank interrupted or killed by it."""
+    text = error.strip()
+    return bool(re.match(r"(rank [0-9]+: )?interrupted by", text)) or bool(_DIED.match(text))
+
+
 def gist(text: str, limit: int = 160) -> str:
     """The line of an error text that says what failed, escaped and cut to ``limit`` characters: a
     traceback's last line (the exception), else the first."""
@@ -84,6 +118,10 @@ def run_state(path: Path, manifest: dict[str, Any], world_size: int | None,
     status = m.get("status")
     failing = sorted((int(k), v) for k, v in ranks.items() if isinstance(v, dict) and k.isdigit() and _failed(v))
     error = m.get("error") if isinstance(m.get("error"), str) and m["error"].strip() else None
+    if status in ENDED_BY_SIGNAL:  # the ranks the launcher (or the user's signal) ended did not fail
+        failing = [(r, v) for r, v in failing if not _interrupted(v) and not _hang_symptom(status, v.get("error"))]
+        if error and (_ending_error(error) or _hang_symptom(status, error)):
+            error = None
     if status != contract.STATUS_FAILED and (failing or error):
         said = {None: "no manifest.json", contract.STATUS_RUNNING: "the manifest still says the run is running",
                 contract.STATUS_OK: "the manifest says the run ended ok"}.get(
@@ -105,4 +143,4 @@ def run_state(path: Path, manifest: dict[str, Any], world_size: int | None,
     return m, notes
 
 
-__all__ = ["STATUS_FILE", "gist", "run_state", "statuses"]
+__all__ = ["ENDED_BY_SIGNAL", "STATUS_FILE", "gist", "run_state", "statuses"]

@@ -18,8 +18,8 @@ step** (analysis.job: the mean of the unprofiled steady steps, the one step figu
   handful of profiled steps can miss a loader that stalls in bursts (N workers finishing N batches
   at once, then a long wait): the steps of the whole run cannot.
 The step figure is the same in both; the title names the steps the wait was read from
-("… of 808.1 ms, unprofiled steps 1–7, 12–29", or "… of 23.2 ms, unprofiled steps 1, 6–7; the
-wait's share from profiled steps 3–5"), ``evidence.steps_covered`` the job's step's steps
+("… of 808.1 ms, unprofiled steps 1–7, 12–29", or, where only the trace saw the wait, "… of 23.2 ms,
+unprofiled steps 1, 6–7; the wait's share from profiled steps 3–5"), ``evidence.steps_covered`` the job's step's steps
 (``summary.steps_covered``'s words) and ``evidence.wait_from`` the wait's. A run whose steps CSVs
 do not give the job's step (a bare trace directory) is read on its profiled steps alone.
 
