@@ -78,7 +78,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                      "split, and why the others lost.",
          examples=_examples(), arguments=_arguments)
 def cmd_plan(args: argparse.Namespace) -> int:
-    from workbench.cli.console import make, out
+    from workbench.cli.console import err, out
     from workbench.plan.report import print_plan, to_json
     from workbench.calibration.request import build_request
     from workbench.plan.search import plan
@@ -104,6 +104,5 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     # the plan is the result (stdout: `workbench plan … > plan.txt` keeps it); warnings are notes (stderr)
     con = out()  # a terminal's width; a file or a pipe gets whole lines
-    # a warning is one line on stderr, whatever the width (as with --json), so it reads and greps whole
-    print_plan(doc, con, notes=make(stderr=True, soft_wrap=True))
+    print_plan(doc, con, notes=err())  # wrapped to the terminal, or to $COLUMNS; piped, whole lines
     return 0
