@@ -73,6 +73,7 @@ def run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 240, env: d
     intra-op thread unless the environment says otherwise: the test workers share the machine's cores,
     and OpenMP threads contending on a loaded 2-core machine ran a tiny model's matmuls ~50x slower."""
     full_env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {k: v for k, v in full_env.items() if v is not None}  # env={"X": None} unsets X
     return subprocess.run(cmd, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 

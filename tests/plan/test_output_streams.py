@@ -24,7 +24,8 @@ def test_plan_text_is_on_stdout():
 
 
 def test_plan_warning_is_on_stderr_and_the_result_on_stdout():
-    r = workbench("plan", *LLAMA, "--calibrate", str(TRACES / "case_gpu_2_preload_shm"))
+    # piped with no $COLUMNS (pytest-xdist sets 80): whole lines
+    r = workbench("plan", *LLAMA, "--calibrate", str(TRACES / "case_gpu_2_preload_shm"), env={"COLUMNS": None})
     assert r.returncode == 0, r.stderr
     assert "calibrated on" in r.stdout and "searched 6 layouts" in r.stdout
     assert "warning:" in r.stderr and "outside the calibration" in r.stderr and "warning:" not in r.stdout

@@ -53,9 +53,17 @@ def _hang_symptom(status: Any, error: Any) -> bool:
     what the hang and its ending did to it, not a failure of its own (as the launcher decides: hung)."""
     if status != contract.STATUS_HUNG or not isinstance(error, str) or not error.strip():
         return False
-    from workbench.analysis.failure import classify
+    text = error if len(error) <= 2 * _KEEP else error[:_KEEP] + error[-_KEEP:]  # linear time on a MiB of text
+    return not _OOM.search(text) and bool(_SYMPTOM.search(text))
 
-    return classify(error) in ("collective_timeout", "peer_failure")
+
+# what analysis.failure.classify calls a collective timeout or a lost peer, read here below the analysis
+# layer: the loader decides how the run ended before any analysis runs
+_KEEP = 32 << 10
+_OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory")
+_SYMPTOM = re.compile(r"Watchdog caught collective operation timeout|Timed out waiting [0-9]{1,18}ms for \w{1,64} operation"
+                      r"|Connection (?:closed|reset) by peer|Broken pipe|ProcessGroupNCCL[^\n]{0,512}?abort"
+                      r"|NCCL communicator was aborted|DistNetworkError|DistBackendError")
 
 
 def _ending_error(error: str) -> bool:
