@@ -33,6 +33,10 @@ RECOMPUTE = ("none", "selective", "full")
 """The recomputation modes the search tries by default (Megatron-LM's and the engine's); every mode a
 layout may name is in :mod:`workbench.plan.recompute`."""
 SCHEDULES = ("1f1b", "gpipe")
+EP_DISPATCHERS = ("alltoall", "deepep")
+"""Expert dispatch: NCCL's all-to-all, or DeepEP's deduplicating kernels (:mod:`workbench.plan.moe_time`)."""
+EP_ROUTINGS = ("random", "contiguous")
+"""Which experts a token picks, as far as the ranks it reaches go (:mod:`workbench.plan.moe_time`)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -200,6 +204,23 @@ class Stack:
     ep_overlap: bool = False
     """Expert-parallel dispatch and combine overlap another micro-batch's compute (DeepSeek's DualPipe,
     Megatron-Core's --overlap-moe-expert-parallel-comm); False: on the critical path (torchtitan, the default)."""
+    ep_dispatcher: str = "alltoall"
+    """How tokens reach their experts: alltoall (NCCL's all-to-all, a row per selected expert) | deepep
+    (DeepEP / HybridEP: a token once per rank, across nodes once per node); :mod:`workbench.plan.moe_time`."""
+    ep_routing: str = "random"
+    """Which experts a token picks, for the ranks and nodes it reaches: random (learned or forced-balance
+    routing) | contiguous (NeMo AutoModel's fake balanced gate: top_k consecutive experts)."""
+    ep_imbalance: float = 1.0
+    """The busiest expert-parallel rank's routed rows over the mean (1: balanced)."""
+    ep_node_limit: int = 0
+    """Node-limited routing: a token's experts lie on at most this many nodes (DeepSeek-V3: 4); 0: no limit."""
+
+    def __post_init__(self) -> None:
+        if self.ep_dispatcher not in EP_DISPATCHERS or self.ep_routing not in EP_ROUTINGS:
+            raise WorkbenchError(f"stack: ep_dispatcher must be one of {', '.join(EP_DISPATCHERS)} and ep_routing one "
+                                 f"of {', '.join(EP_ROUTINGS)}, got {self.ep_dispatcher!r}, {self.ep_routing!r}")
+        if not self.ep_imbalance >= 1.0:
+            raise WorkbenchError(f"stack: ep_imbalance is the busiest rank's load over the mean (>= 1), got {self.ep_imbalance}")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -243,9 +264,11 @@ STACKS = ("megatron", "deepspeed", "torch")
 
 
 def stack_for(name: str, dtype: str, layout: Layout, *, flash_attention: bool | None = None,
-              dp_overlap: bool | None = None, ep_overlap: bool | None = None) -> Stack:
+              dp_overlap: bool | None = None, ep_overlap: bool | None = None, moe: dict | None = None) -> Stack:
     """The stack ``name`` as it runs ``layout`` (torch: DDP + autocast for ZeRO 0/1, FSDP2 for 2/3);
-    ``ep_overlap``: expert-parallel all-to-alls hidden behind another micro-batch (DualPipe)."""
+    ``ep_overlap``: expert-parallel all-to-alls hidden behind another micro-batch (DualPipe); ``moe``:
+    the expert dispatch's fields that differ from the defaults (``ep_dispatcher``, ``ep_routing``,
+    ``ep_imbalance``)."""
     if name == "megatron":
         stack = megatron_stack(dtype, flash_attention=bool(flash_attention), dp_overlap=bool(dp_overlap))
     elif name == "deepspeed":
@@ -254,4 +277,6 @@ def stack_for(name: str, dtype: str, layout: Layout, *, flash_attention: bool | 
         stack = torch_stack(dtype, zero=layout.zero, pipeline=layout.pp > 1)
     else:
         raise WorkbenchError(f"--stack must be one of {', '.join(STACKS)}, got {name!r}")
+    if moe:
+        stack = replace(stack, **moe)
     return replace(stack, ep_overlap=True) if ep_overlap else stack

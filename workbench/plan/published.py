@@ -73,6 +73,9 @@ class Published:
     """fit (the planner's defaults were chosen looking at it) | held_out (never looked at while choosing them)."""
     memory_gib: float | None = None
     """The peak memory per GPU the source reports, where it does."""
+    moe_dispatch: dict | None = None
+    """How its tokens reach their experts, where not NCCL's all-to-all with random routing
+    (``ep_dispatcher``, ``ep_routing``, ``ep_node_limit``: :class:`workbench.plan.layout.Stack`)."""
 
 
 def _t1(model: str, tp: int, pp: int, n: int, B: int, mb: int, vpp: int, x: float, ddp: str) -> Published:
@@ -109,11 +112,16 @@ def _llama(n: int, dp: int, x: float) -> Published:
 
 
 def _deepseek(version: str, model: str, gpus: int, B: int, stated: dict, hours_k: float, note: str,
-              ep_overlap: bool) -> Published:
+              ep_overlap: bool, moe_dispatch: dict | None = None) -> Published:
     return Published(source=f"DeepSeek-AI 2024 ({version} report)", model=model, gpu=H100, gpus=gpus, global_batch=B,
                      stated=stated, metric="gpu_hours_per_t_tokens", value=hours_k * 1e3, dtype="bf16",
-                     flash_attention=True, dp_overlap=True, note=note, links=H800_LINKS, ep_overlap=ep_overlap)
+                     flash_attention=True, dp_overlap=True, note=note, links=H800_LINKS, ep_overlap=ep_overlap,
+                     moe_dispatch=moe_dispatch)
 
+
+V3_DISPATCH = {"ep_dispatcher": "deepep", "ep_node_limit": 4}
+"""V3 §2.1.2 and §3.2.2: each token goes to at most 4 nodes, once per node over InfiniBand and on over
+NVLink (the kernels DeepEP published)."""
 
 MOE: tuple[Published, ...] = (
     # V2 §3.2.3: 16-way zero-bubble pipeline, 8-way expert parallel, ZeRO-1 data parallel, no tensor
@@ -125,7 +133,7 @@ MOE: tuple[Published, ...] = (
     # no tensor parallel; 180K H800 GPU-hours per trillion tokens; batch up to 15,360 of 4,096. FP8
     _deepseek("DeepSeek-V3", "deepseek-v3-671b", 2048, 15360, {"tp": 1, "pp": 16, "ep": 64, "zero": 1}, 180.0,
               "H800, FP8 matmuls (planned at BF16), DualPipe (planned as 1F1B with the all-to-all hidden), MTP not "
-              "modelled", ep_overlap=True),
+              "modelled", ep_overlap=True, moe_dispatch=V3_DISPATCH),
 )
 """Published mixture-of-experts runs: their median error is stated apart (``moe_median``)."""
 
@@ -200,7 +208,7 @@ def predict(row: Published) -> Prediction:
     modes = RECOMPUTE + ((rc,) if rc and rc not in RECOMPUTE else ())
     req = PlanRequest(model=m, cluster=make_cluster(row.gpu, row.gpus, 8, intra, inter), global_batch=row.global_batch,
                       stack=row.stack, dtype=row.dtype, flash_attention=row.flash_attention, dp_overlap=row.dp_overlap,
-                      ep_overlap=row.ep_overlap or None, recompute_modes=modes)
+                      ep_overlap=row.ep_overlap or None, recompute_modes=modes, moe_dispatch=row.moe_dispatch)
     stated = row.stated
     cands = [lay for lay in layouts(req) if all(getattr(lay, k) == v for k, v in stated.items())]
     evs = [evaluate(req, lay, timed=False) for lay in cands]

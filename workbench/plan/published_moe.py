@@ -20,7 +20,14 @@ Sources (BF16 runs only: the planner has no FP8 model):
 - The DeepSeek-V2 and V3 reports (:data:`workbench.plan.published.MOE`).
 
 Benchmarks of Megatron-Bridge and the ModelZoo force-balance the routing ("we force-balance the token
-distribution among experts"); AutoModel's and torchtitan's route as trained.
+distribution among experts": Megatron-Core's ``--moe-router-force-load-balancing`` draws random
+logits), AutoModel's too (its notes: "Fake balanced gate is enabled to simulate ideal expert
+routing"; ``FakeBalancedGate`` gives token i the experts i·top_k … i·top_k + top_k − 1, so a token's
+experts sit on one or two ranks); torchtitan's routes as trained. AutoModel's table leaves EP blank
+("-") for gpt-oss; the recipe it links for the row (``examples/benchmark/configs/gptoss_{20b,120b}_te_deepep.yaml``
+at the table's commit 89e3a9f, 2025-10-06) sets ``ep_size`` 8 and 16 and activation checkpointing on
+and off: taken from there, as the recomputation of every AutoModel row is (DeepSeek-V3, Kimi K2,
+Qwen3-30B-A3B: on).
 """
 
 from __future__ import annotations
@@ -33,15 +40,20 @@ ZOO = "Megatron-MoE-ModelZoo, best_practice/Qwen3 (256 x H100, BF16)"
 TITAN = "pytorch/torchtitan issue #1789 (8 x H100 80GB)"
 
 
+AUTOMODEL_DISPATCH = {"ep_dispatcher": "deepep", "ep_routing": "contiguous"}
+"""DeepEP (``enable_deepep: true``) under the fake balanced gate (consecutive experts per token)."""
+DEEPEP = {"ep_dispatcher": "deepep"}
+
+
 def _automodel(model: str, gpus: int, gbs: int, mbs: int, pp: int, ep: int, vpp: int, step_s: float,
-               split: str) -> Published:
+               split: str, recompute: str = "full", note: str = "FSDP2 + DeepEP") -> Published:
     # FSDP2 shards over the data-parallel ranks (TP 1, CP 1): dp = GPUs / PP; EP carved from them
-    stated = {"tp": 1, "pp": pp, "dp": gpus // pp, "mb": mbs, "zero": 3, "ep": ep}
+    stated = {"tp": 1, "pp": pp, "dp": gpus // pp, "mb": mbs, "zero": 3, "ep": ep, "recompute": recompute}
     if pp > 1:
         stated["vpp"] = vpp
     return Published(source=AUTOMODEL, model=model, gpu=H100, gpus=gpus, global_batch=gbs, stated=stated,
                      metric="iteration_s", value=step_s, dtype="bf16", stack="torch", flash_attention=True,
-                     dp_overlap=True, note="FSDP2 + DeepEP", split=split)
+                     dp_overlap=True, note=note, split=split, moe_dispatch=AUTOMODEL_DISPATCH)
 
 
 def _zoo(tp: int, ep: int, pp: int, vpp: int, dp: int, mbs: int, recompute: str, step_s: float, split: str,
@@ -51,7 +63,7 @@ def _zoo(tp: int, ep: int, pp: int, vpp: int, dp: int, mbs: int, recompute: str,
         stated["vpp"] = vpp
     return Published(source=ZOO, model="qwen3-235b-a22b", gpu=H100, gpus=256, global_batch=2048, stated=stated,
                      metric="iteration_s", value=step_s, dtype="bf16", flash_attention=True, dp_overlap=True,
-                     ep_overlap=overlap, note=note, split=split)
+                     ep_overlap=overlap, note=note, split=split, moe_dispatch=DEEPEP if "DeepEP" in note else None)
 
 
 ROWS: tuple[Published, ...] = (
@@ -60,8 +72,9 @@ ROWS: tuple[Published, ...] = (
     _automodel("deepseek-v3-671b", 256, 512, 1, 4, 64, 8, 8.18, "fit"),
     _automodel("kimi-k2", 256, 512, 1, 8, 32, 4, 8.86, "held_out"),
     _automodel("qwen3-30b-a3b", 8, 512, 4, 1, 8, 1, 21.773, "fit"),
-    _automodel("gpt-oss-20b", 8, 256, 2, 1, 1, 1, 10.04, "held_out"),
-    _automodel("gpt-oss-120b", 64, 512, 2, 1, 1, 1, 4.30, "held_out"),
+    _automodel("gpt-oss-20b", 8, 256, 2, 1, 8, 1, 10.04, "held_out", note="FSDP2 + DeepEP; EP 8 from its recipe"),
+    _automodel("gpt-oss-120b", 64, 512, 2, 1, 16, 1, 4.30, "held_out", recompute="none",
+               note="FSDP2 + DeepEP; EP 16, no recomputation from its recipe"),
     Published(source=BRIDGE, model="gpt-oss-120b", gpu=H100, gpus=64, global_batch=512,
               stated={"tp": 1, "pp": 4, "dp": 16, "mb": 4, "ep": 8, "vpp": 1, "zero": 1}, metric="tokens_per_gpu_s",
               value=5630, dtype="bf16", flash_attention=True, dp_overlap=True, note="Megatron-Core, forced balance",

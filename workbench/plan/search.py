@@ -51,6 +51,9 @@ class PlanRequest:
     """Megatron stack: data-parallel reduction overlaps backward (newer Megatron-LM); default: not."""
     ep_overlap: bool | None = None
     """Expert-parallel all-to-alls overlap another micro-batch's compute (DeepSeek's DualPipe); default: not."""
+    moe_dispatch: dict | None = None
+    """The stack's expert-dispatch fields where they differ from its defaults (``ep_dispatcher``,
+    ``ep_routing``, ``ep_imbalance``: :class:`workbench.plan.layout.Stack`)."""
     run_stack: Stack | None = None
     """The exact stack of an engine run (``--from-run``), used for ``layout``."""
     from_run: dict | None = None
@@ -74,7 +77,7 @@ class PlanRequest:
         if self.run_stack is not None and layout == self.layout:
             return self.run_stack
         return stack_for(self.stack, self.dtype, layout, flash_attention=self.flash_attention, dp_overlap=self.dp_overlap,
-                         ep_overlap=self.ep_overlap)
+                         ep_overlap=self.ep_overlap, moe=self.moe_dispatch)
 
 
 @dataclass(kw_only=True, slots=True)

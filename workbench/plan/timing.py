@@ -23,6 +23,7 @@ from workbench.hardware.systems import Cluster
 from workbench.plan.efficiency import Efficiencies
 from workbench.plan.gemms import block_gemms, gemm_calls, gemm_seconds, outside_calibration_pct
 from workbench.plan.layout import Layout, Stack, dtype_bytes
+from workbench.plan.moe_time import ep_call_seconds, ep_exposed_seconds, grouped_gemm_seconds
 from workbench.plan.memory import sharded_params, stage_block_counts, stage_first_layer, stage_layers
 from workbench.plan.recompute import RECOMPUTE_LAUNCHES, stage_share
 from workbench.plan.model import ModelSpec
@@ -177,6 +178,7 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     first = stage_first_layer(m.layers, layout.pp, stage)
     shares = stage_share(m, layout.recompute, first, L, fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
     G = F = MF = MB = 0.0
+    imbalance = stack.ep_imbalance if layout.ep > 1 else 1.0
     rec = rec_flops = rec_gemm = rec_mem = rec_blocks_attn = 0.0
     for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
         if not n_blocks:
@@ -185,7 +187,9 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         for rows, n, k, calls_per, routed in block_gemms(m, stack, layout, moe):
             f = 2.0 * rows * M * n * k * calls_per
             if routed and eff.expert_gemm:
-                g = f / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm)
+                g = f / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm) * imbalance
+            elif routed:  # the busiest ep rank's grouped GEMM: its experts' rows times the imbalance
+                g = grouped_gemm_seconds(rows * M * imbalance, n, k, calls_per, cluster.gpu.peak_flops(dtype))
             else:
                 g = gemm_seconds(rows * M, n, k, calls_per, dtype, cluster, eff)
             if routed:
@@ -241,10 +245,10 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         out.memory += emb
         out.backward += emb / 2
     out.tp = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "tp") / mbs
-    ep = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "ep") / mbs
+    ep = sum(x.calls for x in calls if x.group == "ep") * ep_call_seconds(m, layout, stack, cluster, eff.busbw) / mbs
     # dispatch and combine wait for the tokens and the experts: on the critical path, unless the stack
     # overlaps them with another micro-batch's kernels (DualPipe), which then hide them up to their time
-    out.ep = max(0.0, ep - out.kernels) if stack.ep_overlap else ep
+    out.ep = ep_exposed_seconds(ep, out.kernels, stack, cluster)
     return out
 
 
