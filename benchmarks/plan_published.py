@@ -19,7 +19,7 @@ import sys
 
 from workbench.plan.presets import PRESETS  # noqa: E402
 from workbench.plan.published import MOE, median_abs_error, predict, predict_all  # noqa: E402
-from workbench.plan.published_moe import OUT_OF_MEMORY, ROWS  # noqa: E402
+from workbench.plan.published_moe import OUT_OF_MEMORY, ROWS, TITAN_16B_IMBALANCE, TITAN_16B_RUN  # noqa: E402
 
 
 def _layout(p) -> str:
@@ -57,6 +57,17 @@ def _table(preds) -> None:
     print()
 
 
+def titan_imbalance(ep: int = 8) -> float:
+    """The busiest of ``ep`` ranks' load over the mean in torchtitan's own 16B routing (our run)."""
+    from pathlib import Path
+
+    from workbench.analysis.experts import ep_rank_imbalance
+    from workbench.load.run import load_run
+
+    run = load_run(Path(__file__).resolve().parent.parent / TITAN_16B_RUN)
+    return ep_rank_imbalance({r: d.experts for r, d in run.ranks.items()}, ep)
+
+
 def main() -> int:
     preds = predict_all()
     _table(preds)
@@ -78,6 +89,8 @@ def main() -> int:
             got = p.evaluated.memory.total / 2**30
             print(f"memory {p.row.model} on {p.row.gpus} GPUs: predicted {got:.1f} GiB, reported {p.row.memory_gib:g} GiB "
                   f"({100 * (got / p.row.memory_gib - 1):+.1f} %)")
+    print(f"expert-parallel imbalance of torchtitan's 16B routing from scratch, {TITAN_16B_RUN} at ep 8: "
+          f"{titan_imbalance():.3f} (its row plans {TITAN_16B_IMBALANCE:g})")
     for r in OUT_OF_MEMORY:
         p = predict(r)
         print(f"out of memory as published: {r.model} on {r.gpus} GPUs, {r.note}: predicted "

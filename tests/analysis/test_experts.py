@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.analysis.experts import expert_load, layer_load, noise_maxvio
+from workbench.analysis.experts import ep_rank_imbalance, expert_load, layer_load, noise_maxvio
 
 pytestmark = pytest.mark.unit
 
@@ -51,3 +51,15 @@ def test_the_chance_level_of_a_balanced_router():
 
 def test_no_counts_no_rows():
     assert expert_load({0: None}).empty and layer_load({}).empty
+
+
+def test_ep_rank_imbalance_groups_consecutive_experts_per_rank():
+    """8 experts on 2 ranks (0-3, 4-7): a step whose tokens all go to rank 0's experts runs it at twice
+    the mean; a balanced one at 1; the mean over (step, layer) is 1.5. On 3 ranks: 8 is not divisible."""
+    rows = [(1, "l0", e, 10) for e in range(4)] + [(1, "l0", e, 0) for e in range(4, 8)]
+    rows += [(2, "l0", e, 5) for e in range(8)]
+    df = pd.DataFrame(rows, columns=["step", "layer", "expert", "tokens"])
+    assert ep_rank_imbalance({0: df}, 2) == pytest.approx(1.5)
+    assert ep_rank_imbalance({0: df}, 1) == pytest.approx(1.0)
+    assert ep_rank_imbalance({0: df}, 3) is None
+    assert ep_rank_imbalance({0: None}, 2) is None

@@ -28,3 +28,17 @@ def test_a_batch_that_ran_out_of_memory_does_not_fit(row):
     p = predict(row)
     assert not p.fits and p.evaluated.memory.total > p.evaluated.memory.capacity
 
+
+
+def test_rows_take_the_layout_their_source_states():
+    """AutoModel's gpt-oss rows: the EP its linked recipes set (8, 16: the table's blank is not EP 1,
+    under which ZeRO-3 would gather every expert per micro-batch) and their recomputation; the
+    ModelZoo's Megatron-FSDP row shards its parameters (ZeRO-3); AutoModel routes with its fake
+    balanced gate over DeepEP."""
+    oss = {r.model: r for r in ROWS if r.model.startswith("gpt-oss") and r.stated.get("zero") == 3}
+    assert oss["gpt-oss-20b"].stated["ep"] == 8 and oss["gpt-oss-20b"].stated["recompute"] == "full"
+    assert oss["gpt-oss-120b"].stated["ep"] == 16 and oss["gpt-oss-120b"].stated["recompute"] == "none"
+    assert all(r.moe_dispatch == {"ep_dispatcher": "deepep", "ep_routing": "contiguous"}
+               for r in ROWS if r.note.startswith("FSDP2 + DeepEP"))
+    (fsdp,) = [r for r in ROWS if "Megatron FSDP" in r.note]
+    assert fsdp.stated["zero"] == 3 and predict(fsdp).fits

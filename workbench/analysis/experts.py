@@ -75,6 +75,25 @@ def noise_maxvio(experts: int, mean_tokens: float) -> float:
     return math.sqrt(2.0 * math.log(experts) / mean_tokens)
 
 
+def ep_rank_imbalance(per_rank: dict[int, pd.DataFrame | None], ep: int) -> float | None:
+    """The busiest expert-parallel rank's token copies over the mean, had the recorded routing run on
+    ``ep`` ranks each holding experts / ep consecutive experts (torchtitan's and Megatron-Core's
+    placement): per (step, layer) max over mean of the ranks' sums, averaged over them (every layer
+    waits for its busiest rank). None without counts or when ep does not divide the experts."""
+    c = combined(per_rank)
+    if c.empty or ep < 1:
+        return None
+    ratios = []
+    for _, g in c.groupby(["step", "layer"], sort=False):
+        experts = int(g["expert"].max()) + 1
+        if experts % ep:
+            return None
+        loads = g.groupby(g["expert"] // (experts // ep))["tokens"].sum().reindex(range(ep), fill_value=0)
+        if loads.sum() > 0:
+            ratios.append(float(loads.max() / loads.mean()))
+    return sum(ratios) / len(ratios) if ratios else None
+
+
 def layer_load(per_rank: dict[int, pd.DataFrame | None]) -> pd.DataFrame:
     """Per layer over the recorded steps: LAYER_COLUMNS (``hottest_experts``: the HOTTEST most loaded
     expert ids, ``hottest_share_pct``: their share of the layer's token copies)."""

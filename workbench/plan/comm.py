@@ -25,7 +25,8 @@ an all-reduce's and a broadcast's the tensor, a send/recv the message.
 
 Time of one call on n ranks (the ring algorithms' bus traffic, NCCL's busbw convention):
 all-reduce 2(n−1)/n·bytes/busbw, all-gather, reduce-scatter and all-to-all (n−1)/n·bytes/busbw,
-broadcast and send bytes/bw, each plus a start-up latency.
+broadcast and send bytes/bw, each plus a start-up latency. A call hidden behind compute is not free:
+the compute beside it runs on the SMs it leaves (:func:`overlap_cost`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ from workbench.plan.model import ModelSpec
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """DDP's default bucket_cap_mb (25 MiB): gradients are all-reduced in calls of at most this size."""
+COMM_SMS = 20
+"""SMs a communication kernel holds while it runs beside compute: what DeepSeek-V3's all-to-alls get
+("only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink", V3 report §3.2.2) and
+Megatron-Core's ``moe_deepep_num_sms`` default. Compute beside it runs on the others."""
+GPU_SMS = {"H100": 132, "H200": 132, "H800": 132, "A100": 108}
+"""Streaming multiprocessors of the SXM parts (NVIDIA's H100 and A100 datasheets); others taken as 132."""
+
+
+def overlap_cost(hidden_s: float, cluster: Cluster) -> float:
+    """What communication hidden behind compute for ``hidden_s`` seconds still costs: that compute runs
+    on the SMs the communication leaves it, ``COMM_SMS / (SMs − COMM_SMS)`` slower."""
+    name = cluster.gpu.name.upper()
+    sms = next((v for k, v in GPU_SMS.items() if k in name), 132)
+    return hidden_s * COMM_SMS / (sms - COMM_SMS)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

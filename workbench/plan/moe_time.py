@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 
 from workbench.hardware.systems import LINK_LATENCY_S, Cluster
+from workbench.plan.comm import overlap_cost
 from workbench.plan.layout import Layout, Stack, dtype_bytes
 from workbench.plan.model import ModelSpec
 
@@ -47,13 +48,6 @@ GROUPED_GEMM_CEILING = 0.570
 :data:`GROUPED_GEMM_OVERHEAD_S` on the two measured rates in the module's docstring)."""
 GROUPED_GEMM_OVERHEAD_S = 0.93e-6
 """Fixed time per expert and grouped-GEMM call (seconds)."""
-EP_COMM_SMS = 20
-"""SMs the dispatch and combine kernels hold while they run beside another micro-batch's kernels:
-Megatron-Core's ``moe_deepep_num_sms`` default (20), and what DeepSeek-V3's DualPipe gives them
-("only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink", V3 report §3.2.2)."""
-GPU_SMS = {"H100": 132, "H200": 132, "H800": 132, "A100": 108}
-"""Streaming multiprocessors of the SXM parts (NVIDIA's H100 and A100 datasheets)."""
-
 
 def grouped_gemm_seconds(rows: float, n: float, k: float, experts: float, peak: float) -> float:
     """``experts`` matmuls of ``rows × n × k`` each (one grouped GEMM over a rank's local experts)."""
@@ -122,7 +116,5 @@ def ep_exposed_seconds(ep: float, kernels: float, stack: Stack, cluster: Cluster
     if not stack.ep_overlap:
         return ep
     hidden = min(ep, kernels)
-    name = cluster.gpu.name.upper()
-    sms = next((v for k, v in GPU_SMS.items() if k in name), 132)
-    return ep - hidden + hidden * EP_COMM_SMS / (sms - EP_COMM_SMS)
+    return ep - hidden + overlap_cost(hidden, cluster)
 

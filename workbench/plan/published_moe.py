@@ -19,9 +19,10 @@ Sources (BF16 runs only: the planner has no FP8 model):
   local batch 4 ran at 11,636 tokens/s per GPU and 73.32 GiB peak reserved (torchtitan's print).
 - The DeepSeek-V2 and V3 reports (:data:`workbench.plan.published.MOE`).
 
-Benchmarks of Megatron-Bridge and the ModelZoo force-balance the routing ("we force-balance the token
-distribution among experts": Megatron-Core's ``--moe-router-force-load-balancing`` draws random
-logits), AutoModel's too (its notes: "Fake balanced gate is enabled to simulate ideal expert
+Megatron-Bridge's benchmarks force-balance the routing ("we force-balance the token distribution among
+experts": Megatron-Core's ``--moe-router-force-load-balancing`` draws random logits); the ModelZoo's
+Qwen3 step-time table does not say (its long-context table gives both: forced balance 1.09–1.25×
+the TFLOP/s of dropless routing), planned balanced; AutoModel's benchmarks force it too (its notes: "Fake balanced gate is enabled to simulate ideal expert
 routing"; ``FakeBalancedGate`` gives token i the experts i·top_k … i·top_k + top_k − 1, so a token's
 experts sit on one or two ranks); torchtitan's routes as trained. AutoModel's table leaves EP blank
 ("-") for gpt-oss; the recipe it links for the row (``examples/benchmark/configs/gptoss_{20b,120b}_te_deepep.yaml``
@@ -57,14 +58,23 @@ def _automodel(model: str, gpus: int, gbs: int, mbs: int, pp: int, ep: int, vpp:
 
 
 def _zoo(tp: int, ep: int, pp: int, vpp: int, dp: int, mbs: int, recompute: str, step_s: float, split: str,
-         overlap: bool = False, note: str = "") -> Published:
-    stated = {"tp": tp, "pp": pp, "dp": dp, "mb": mbs, "ep": ep, "recompute": recompute, "zero": 1}
+         overlap: bool = False, note: str = "", fsdp: bool = False) -> Published:
+    # the distributed optimizer (ZeRO-1), or Megatron-FSDP (its FSDP column "On": parameters sharded too)
+    stated = {"tp": tp, "pp": pp, "dp": dp, "mb": mbs, "ep": ep, "recompute": recompute, "zero": 3 if fsdp else 1}
     if pp > 1:
         stated["vpp"] = vpp
     return Published(source=ZOO, model="qwen3-235b-a22b", gpu=H100, gpus=256, global_batch=2048, stated=stated,
                      metric="iteration_s", value=step_s, dtype="bf16", flash_attention=True, dp_overlap=True,
                      ep_overlap=overlap, note=note, split=split, moe_dispatch=DEEPEP if "DeepEP" in note else None)
 
+
+TITAN_16B_IMBALANCE = 2.55
+"""The busiest of 8 expert-parallel ranks' token copies over the mean, per MoE layer, for torchtitan's
+DeepSeek 16B routing in its first steps from scratch (the issue's tps is its step-10 print): measured
+on this repository's own run of the model's layers under torchtitan (``traces/corpus/torchtitan_dsv3_16b_gpu``,
+steps 8–10, its ``experts_rank0.csv`` grouped as 8 ranks of 8 consecutive experts: 2.546), printed by
+``python -m benchmarks.plan_published``."""
+TITAN_16B_RUN = "traces/corpus/torchtitan_dsv3_16b_gpu"
 
 ROWS: tuple[Published, ...] = (
     *MOE,
@@ -82,13 +92,14 @@ ROWS: tuple[Published, ...] = (
     # ModelZoo's table: TP | CP | EP | PP | EDP | ETP | VPP | DP | FSDP | MBS | GBS | GA | recompute
     _zoo(2, 32, 8, 4, 16, 1, "selective", 19.7, "fit", note="DeepEP; recompute norm, act"),
     _zoo(2, 32, 8, 4, 16, 1, "selective", 17.6, "held_out", overlap=True, note="DeepEP, 1F1B A2A overlap; recompute norm, act"),
-    _zoo(2, 8, 1, 1, 128, 4, "full", 17.6, "held_out", note="DeepEP, Megatron FSDP; full recompute"),
+    _zoo(2, 8, 1, 1, 128, 4, "full", 17.6, "held_out", note="DeepEP, Megatron FSDP; full recompute", fsdp=True),
     _zoo(2, 8, 32, 3, 4, 1, "selective", 24.2, "held_out", note="all-to-all dispatcher; recompute norm, act"),
     _zoo(4, 8, 8, 4, 8, 1, "none", 29.0, "held_out", note="DeepEP"),
     Published(source=TITAN, model="deepseek-v3-16b", gpu=H100, gpus=8, global_batch=32,
               stated={"tp": 1, "pp": 1, "dp": 8, "mb": 4, "ep": 8, "zero": 3, "recompute": "op"},
               metric="tokens_per_gpu_s", value=11636, dtype="bf16", stack="torch", flash_attention=True,
-              dp_overlap=True, note="torchtitan's 16B config, local batch 4", memory_gib=73.32, split="held_out"),
+              dp_overlap=True, note="torchtitan's 16B config, local batch 4; routing as trained from scratch",
+              memory_gib=73.32, split="held_out", moe_dispatch={"ep_imbalance": TITAN_16B_IMBALANCE}),
 )
 """The published MoE runs (DeepSeek's two reports first)."""
 

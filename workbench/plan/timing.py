@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from workbench.plan.comm import Collective, call_seconds, collectives
+from workbench.plan.comm import Collective, call_seconds, collectives, overlap_cost
 from workbench.hardware.systems import Cluster
 from workbench.plan.efficiency import Efficiencies
 from workbench.plan.gemms import block_gemms, gemm_calls, gemm_seconds, outside_calibration_pct
@@ -298,8 +298,9 @@ def _dp_exposed(dp_calls: list[Collective], cluster: Cluster, eff: Efficiencies,
                 mbs: int) -> float:
     """Data-parallel time not hidden: everything when the stack does not overlap it; else what
     exceeds the compute it runs beside (gradient reduction: the last micro-batch's backward, or
-    every backward when it reduces after each; ZeRO-3's gathers: forward and backward), plus the
-    last call, which nothing follows."""
+    every backward when it reduces after each; ZeRO-3's gathers: forward and backward), the SMs the
+    hidden part holds from that compute (:func:`workbench.plan.comm.overlap_cost`), plus the last
+    call, which nothing follows."""
     secs = {w: 0.0 for w in ("forward", "backward", "step")}
     last = 0.0
     for x in dp_calls:
@@ -312,4 +313,5 @@ def _dp_exposed(dp_calls: list[Collective], cluster: Cluster, eff: Efficiencies,
     if any(x.op == "all_gather" and x.when == "backward" for x in dp_calls):
         window_b = mb.backward * mbs
     exposed = max(0.0, secs["backward"] - window_b) + max(0.0, secs["forward"] - mb.forward * mbs) + secs["step"]
-    return exposed + (min(last, secs["backward"]) if secs["backward"] else 0.0)
+    hidden = min(secs["backward"], window_b) + min(secs["forward"], mb.forward * mbs)
+    return exposed + overlap_cost(hidden, cluster) + (min(last, secs["backward"]) if secs["backward"] else 0.0)
