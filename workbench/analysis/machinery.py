@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import trainers
-from workbench.analysis.intervals import Spans, cat_mask, clip, merge, overlap_length, str_mask
+from workbench.analysis.intervals import Spans, cat_mask, clip, merge, overlap_length, str_mask, str_values
 from workbench.analysis.optimizer_work import own_spans
 from workbench.format import kineto
 from workbench.load.trace import Trace
@@ -72,7 +72,7 @@ def _host_copies(trace: Trace, host: np.ndarray) -> tuple[np.ndarray, np.ndarray
         return _empty(), _empty()
     ops = ~gpu & cat_mask(ev["cat"], lambda c: c == kineto.CPU_OP)
     ts, te = ev["ts_us"].to_numpy(), (ev["ts_us"] + ev["dur_us"]).to_numpy()
-    tids = ev["tid"].astype(str).to_numpy()
+    tids = str_values(ev["tid"])
     out_s, out_e = [], []
     for tid in np.unique(tids[launch]):
         on = tids == tid
@@ -100,7 +100,7 @@ def _kernel_ops(trace: Trace, host: np.ndarray) -> dict[str, tuple[np.ndarray, n
     launch = ~gpu & cat_mask(ev["cat"], lambda c: c.isin(kineto.LAUNCH_CATS)) & np.isin(corr, corr[kernels & (corr >= 0)])
     ops = ~gpu & cat_mask(ev["cat"], lambda c: c == kineto.CPU_OP)
     ts, te = ev["ts_us"].to_numpy(), (ev["ts_us"] + ev["dur_us"]).to_numpy()
-    tids = ev["tid"].astype(str).to_numpy()
+    tids = str_values(ev["tid"])
     for tid in np.unique(tids[launch]):
         on = tids == tid
         s, e = merge(ts[ops & on], te[ops & on])
@@ -120,7 +120,7 @@ def _hook_spans(trace: Trace, host: np.ndarray, fetched: np.ndarray, released: n
     fetch and its release is its call's and the trainer's own functions' Python around its kernels."""
     ev = trace.events
     ts, te = ev["ts_us"].to_numpy(), (ev["ts_us"] + ev["dur_us"]).to_numpy()
-    tids = ev["tid"].astype(str).to_numpy()
+    tids = str_values(ev["tid"])
     kernel_ops = _kernel_ops(trace, host)
     out_s, out_e = [], []
     for tid in np.unique(tids[fetched | released]):

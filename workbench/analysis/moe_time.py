@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.flops import ATTENTION, gpu_launches
-from workbench.analysis.intervals import str_mask
+from workbench.analysis.intervals import str_mask, str_values
 from workbench.format import kineto
 from workbench.load.trace import Trace
 
@@ -90,9 +90,9 @@ def role_ops(trace: Trace, windows: pd.DataFrame, expert_rows: int | None = None
     anywhere = np.array([t[0] for t in table], dtype=object)[codes]
     inside = np.array([t[1] for t in table], dtype=object)[codes]
     transparent = np.array([t[2] for t in table], dtype=bool)[codes]
-    names = cat.astype(str).to_numpy()
+    names = str_values(cat)
     ts, dur = cpu["ts_us"].to_numpy(float), cpu["dur_us"].to_numpy(float)
-    tid = np.asarray(cpu["tid"].astype(str).to_numpy(), dtype=object)
+    tid = str_values(cpu["tid"])
     in_block = _in_blocks(names, ts, attention_ops)
     role = np.where(in_block, inside, anywhere)
     # a per-expert loop's GEMMs: dense GEMMs in a block with experts that saw fewer rows

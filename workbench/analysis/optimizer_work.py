@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.intervals import merge, str_mask
+from workbench.analysis.intervals import merge, str_mask, str_values
 from workbench.format import kineto
 from workbench.load.trace import Trace
 
@@ -46,7 +46,7 @@ def own_spans(trace: Trace) -> pd.DataFrame:
     order = np.argsort(b_start, kind="stable")
     b_start, b_end = b_start[order], b_end[order]
     rows = []
-    tids = ev["tid"].astype(str).to_numpy()[opt]
+    tids = str_values(ev["tid"])[opt]
     ts, te = ev["ts_us"].to_numpy()[opt], (ev["ts_us"] + ev["dur_us"]).to_numpy()[opt]
     for tid in np.unique(tids):
         m = tids == tid

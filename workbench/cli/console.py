@@ -84,9 +84,10 @@ def analysed(path: Path | str, *, workers: int | None = None, cache: bool = True
     a user's peak (workbench.hardware.devices.peak_spec): it changes the figures, so the result
     cache is neither read nor written."""
     from workbench.pipeline import Options
-    from workbench.present.shown import shown
+    from workbench.present.shown import ahead, shown
 
     options = Options(workers=workers, cache=cache, executor=executor, peak=peak)
+    ahead(path, options)  # a run of one big trace: decoded in forked processes while the analysis imports
     if not bar:
         return shown(path, options)
     from rich.progress import Progress

@@ -9,7 +9,10 @@ the model, ``kineto.MODEL_OP``). The loader feeds it
 one slice of ~50k events at a time and drops the slice, so a 500k-event trace never exists as
 500k Python objects at once (that, not the JSON text, is what made a whole-file decode peak at
 ~640 MiB on a 153 MB trace). The whole-file fallback feeds it all events in one batch; either way
-the tables come out of :meth:`Columns.tables`, so both paths give the same frames.
+the tables come out of :func:`workbench.load.tables.tables`, so both paths give the same frames.
+This module imports msgspec and numpy, never pandas: a process that only decodes (the early
+decode of :mod:`workbench.load.early`) stays lean, and :meth:`Columns.merge` joins the columns
+of consecutive parts of one trace decoded apart.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from typing import Annotated, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from workbench.format import kineto
 
@@ -154,33 +156,6 @@ def _newest(table: dict[str, int], n: int) -> list[str]:
     return list(islice(reversed(table), n))[::-1] if n > 0 else []
 
 
-def _categorical(codes: array, table: dict[str, int]) -> pd.Categorical:
-    """Codes in first-seen order → a Categorical with sorted categories, as pd.Categorical(values)
-    would infer them (same categories, same dtype), without materialising one str per event."""
-    labels = list(table)
-    order = sorted(range(len(labels)), key=labels.__getitem__)
-    remap = np.empty(len(labels), dtype=np.int32)
-    remap[order] = np.arange(len(labels), dtype=np.int32)
-    return pd.Categorical.from_codes(remap[np.frombuffer(codes, dtype=np.int32)],
-                                     categories=pd.Index([labels[i] for i in order]))
-
-
-def _on_streams(tid: pd.Categorical, on_stream: np.ndarray, stream: np.ndarray) -> pd.Categorical:
-    """``tid`` where GPU events (``on_stream``) live on their stream (``stream {s}``), not on the CPU
-    thread id Kineto files them under; the streams' labels follow the threads' (in stream order)."""
-    if not on_stream.any():
-        return tid
-    cats = list(tid.categories)
-    streams = np.unique(stream[on_stream])
-    have = set(cats)
-    all_cats = cats + [f"stream {s}" for s in streams if f"stream {s}" not in have]
-    pos = {c: i for i, c in enumerate(all_cats)}
-    stream_code = np.array([pos[f"stream {s}"] for s in streams], dtype=np.int64)
-    codes = tid.codes.astype(np.int64)
-    codes[on_stream] = stream_code[np.searchsorted(streams, stream[on_stream])]
-    return pd.Categorical.from_codes(codes, categories=pd.Index(all_cats, dtype=tid.categories.dtype))
-
-
 class Columns:
     """Kept columns of the events fed to :meth:`add` in file order (complete events, memory
     samples, collectives, thread names)."""
@@ -256,6 +231,35 @@ class Columns:
                 self.shape_row.append(base + i)
                 self.shape_args.append(a)
 
+    def merge(self, later: Columns) -> None:
+        """Append the columns of ``later``, the events that follow this part's in the same file
+        (decoded apart: :mod:`workbench.load.early`), as if :meth:`add` had folded them here: its
+        names, categories and threads coded after this part's, in the order it first saw them."""
+        base = len(self.ts)
+        self.n_events += later.n_events
+        for mine, theirs, codes, their_codes in ((self.names, later.names, self.name_code, later.name_code),
+                                                 (self.cats, later.cats, self.cat_code, later.cat_code),
+                                                 (self.tids, later.tids, self.tid_code, later.tid_code)):
+            remap = np.array([mine.setdefault(k, len(mine)) for k in theirs], dtype=np.int32)
+            if len(their_codes):
+                codes.frombytes(remap[np.frombuffer(their_codes, dtype=np.int32)].tobytes())
+            if theirs is later.tids:
+                for raw, code in later.tid_of.items():
+                    self.tid_of.setdefault(raw, int(remap[code]))
+        self.ts.extend(later.ts)
+        self.dur.extend(later.dur)
+        for rows, their_rows in ((self.gpu_row, later.gpu_row), (self.corr_row, later.corr_row),
+                                 (self.shape_row, later.shape_row)):
+            if len(their_rows):
+                rows.frombytes((np.frombuffer(their_rows, dtype=np.int64) + base).tobytes())
+        self.gpu_stream.extend(later.gpu_stream)
+        self.gpu_bytes.extend(later.gpu_bytes)
+        self.corr_val.extend(later.corr_val)
+        self.shape_args.extend(later.shape_args)
+        self.comm_rows.extend(later.comm_rows)
+        self.mem_rows.extend(later.mem_rows)
+        self.threads.update(later.threads)
+
     def _correlations(self, base: int, rows: list[int], values: list[int]) -> None:
         """The correlation ids of events ``base + rows`` that have one (≥ 0)."""
         v = np.array(values, dtype=np.int64)
@@ -289,42 +293,6 @@ class Columns:
             if e.ph == kineto.METADATA and e.name == kineto.THREAD_NAME and e.args:
                 name = _args(_ARGS_DECODER, e.args, {})
                 self.threads[str(e.tid)] = str(name.get("name", "") if isinstance(name, dict) else "")
-
-    def tables(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-        """(events, memory, comms) as documented in :mod:`workbench.load.trace`."""
-        n = len(self.ts)
-        cat = _categorical(self.cat_code, self.cats)
-        gpu_cat = np.array([c in kineto.GPU_CATS for c in cat.categories], dtype=bool)
-        is_gpu = gpu_cat[cat.codes] if len(gpu_cat) else np.zeros(n, dtype=bool)
-        stream = np.full(n, -1, dtype=np.int64)
-        nbytes = np.zeros(n, dtype=np.int64)
-        rows = np.frombuffer(self.gpu_row, dtype=np.int64)
-        stream[rows] = np.frombuffer(self.gpu_stream, dtype=np.int64)
-        nbytes[rows] = np.frombuffer(self.gpu_bytes, dtype=np.int64)
-        correlation = np.full(n, -1, dtype=np.int64)
-        correlation[np.frombuffer(self.corr_row, dtype=np.int64)] = np.frombuffer(self.corr_val, dtype=np.int64)
-        op_args = np.full(n, None, dtype=object)
-        if self.shape_args:
-            # fromiter: a plain assignment would let numpy look inside each struct
-            op_args[np.frombuffer(self.shape_row, dtype=np.int64)] = np.fromiter(self.shape_args, dtype=object, count=len(self.shape_args))
-        events = pd.DataFrame(
-            {
-                "name": _categorical(self.name_code, self.names),
-                "cat": cat,
-                "ts_us": np.frombuffer(self.ts, dtype=np.float64).copy(),
-                "dur_us": np.frombuffer(self.dur, dtype=np.float64).copy(),
-                "tid": _on_streams(_categorical(self.tid_code, self.tids), is_gpu & (stream >= 0), stream),
-                "stream": stream,
-                "is_gpu": is_gpu,
-                "bytes": nbytes,
-                "correlation": correlation,
-                "op_args": op_args,
-            }
-        )
-        events = events.sort_values("ts_us", kind="stable", ignore_index=True)
-        memory = pd.DataFrame(self.mem_rows, columns=MEMORY_COLUMNS)
-        comms = pd.DataFrame(self.comm_rows, columns=COMM_COLUMNS).sort_values("ts_us", ignore_index=True)
-        return events, memory, comms
 
 
 def _first(v):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Iterable
 
 import msgspec
 
@@ -144,7 +145,7 @@ def _count(path: Path, cols: Columns, limit: int) -> None:
                                "schedule), or raise WORKBENCH_MAX_EVENTS")
 
 
-def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _Trace]:
+def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES, text: Iterable[bytes] | None = None) -> tuple[Columns, _Trace]:
     """Decode the trace a slice of whole events at a time, holding one slice, never the file.
 
     Correctness never rests on the layout: each slice must decode as a list of events, the text
@@ -152,7 +153,8 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
     whole document), and the header plus the last slice plus the tail must decode as a trace, so
     the slices are exactly the array's elements. Anything else raises :class:`_NotSliceable`
     (text with no usable separator, corrupt text), and the caller decodes the whole file, which
-    also words the errors.
+    also words the errors. ``text``: the trace's text in pieces, instead of the file's (the early
+    decode of :mod:`workbench.load.early` gives one part of the events' array, closed).
     """
     cols = Columns()
     limit = max_events()
@@ -163,7 +165,7 @@ def _read_sliced(path: Path, slice_bytes: int = SLICE_BYTES) -> tuple[Columns, _
     sep: bytes | None = None
     pending: list[bytes] = []
     size = 0
-    for chunk in iter_text(path, where):
+    for chunk in iter_text(path, where) if text is None else text:
         text_size += len(chunk)
         if header is None:
             head += chunk

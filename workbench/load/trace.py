@@ -39,9 +39,11 @@ import pandas as pd
 from workbench.hardware.devices import labelled
 from workbench.format.errors import TraceError
 from workbench.format import kineto
+from workbench.load import early
 from workbench.load.sanity import clean_events
 from workbench.load.columns import Columns, as_int
 from workbench.load.header import device_properties, distributed_info
+from workbench.load.tables import tables
 from workbench.load.slicing import (MAX_EVENTS, MAX_SEP_TRIES, SLICE_BYTES, _TOO_DEEP, _count, _decode,  # noqa: F401 - re-exported
                                     _NotSliceable, _read_sliced, _read_whole, max_events)
 from workbench.load.text import MAX_TRACE_BYTES, iter_text, read_bytes
@@ -112,7 +114,12 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
     path = Path(path)
     try:
         try:
-            cols, doc = _read_sliced(path, slice_bytes)
+            got = early.take(path)  # decoded ahead, in forked processes (workbench analyze)
+            if got is not None:
+                cols, doc = got
+                _count(path, cols, max_events())
+            else:
+                cols, doc = _read_sliced(path, slice_bytes)
         except _NotSliceable as e:
             doc = _decode(path, _read_whole(path, e.why))
             cols = Columns()
@@ -125,7 +132,7 @@ def read_trace(path: Path | str, slice_bytes: int = SLICE_BYTES) -> Trace:
         raise TraceError(path, "no traceEvents: not a torch.profiler trace")
     if not len(cols.ts):
         raise TraceError(path, "no complete ('X') events: not a torch.profiler trace")
-    events, memory, comms = cols.tables()
+    events, memory, comms = tables(cols)
     events, notes = clean_events(events)
     if events.empty:
         raise TraceError(path, "no complete ('X') event of plausible duration: not a torch.profiler trace")

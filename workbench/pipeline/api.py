@@ -114,4 +114,17 @@ def analyze(path: Path | str, options: Options | None = None, *, progress: Progr
     return done
 
 
-__all__ = ["AnalysedRun", "Extra", "Options", "Progress", "analyze"]
+def decode_ahead(path: Path | str, options: Options | None = None, extras: Sequence[Extra] = ()) -> bool:
+    """Start decoding the run at ``path`` in forked processes (:mod:`workbench.load.early`: a run of
+    one big trace, decoded while this process imports the analysis) unless :func:`analyze` with
+    the same ``options`` and ``extras`` will read its result from the cache. Call it before this
+    process starts a thread (a progress bar's). Returns whether it started."""
+    options = options or Options()
+    if options.caching and result_cache.cached_result(path, "+".join(e.name for e in extras), warn=False) is not None:
+        return False
+    from workbench.load import early
+
+    return early.start(path)
+
+
+__all__ = ["AnalysedRun", "Extra", "Options", "Progress", "analyze", "decode_ahead"]

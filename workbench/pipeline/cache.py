@@ -161,9 +161,10 @@ def result_file(variant: str = "") -> str:
     return RESULT if not variant else RESULT.replace(".json", f"+{variant}.json")
 
 
-def cached_result(path: Path | str, variant: str = "") -> dict | None:
+def cached_result(path: Path | str, variant: str = "", warn: bool = True) -> dict | None:
     """The ``workbench analyze --json`` document cached for this run when nothing it was made
-    from has changed, else None. ``variant``: see :func:`result_file`."""
+    from has changed, else None. ``variant``: see :func:`result_file`; ``warn``: say on stderr
+    when the cached document is unreadable."""
     found = _result_key(path)
     if found is None:
         return None
@@ -183,7 +184,8 @@ def cached_result(path: Path | str, variant: str = "") -> dict | None:
             or not all(isinstance(analysis.get(k), t) for k, t in (("run", dict), ("summary", dict), ("diagnoses", list))):
         why = f"not a {ANALYZE_SCHEMA} document"
     if why:
-        print(f"workbench: ignoring an unreadable analysis cache in {target} ({why}); recomputing", file=sys.stderr)
+        if warn:
+            print(f"workbench: ignoring an unreadable analysis cache in {target} ({why}); recomputing", file=sys.stderr)
         return None
     return analysis
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.pipeline import AnalysedRun, Options, Progress, analyze
+from workbench.pipeline.api import decode_ahead
 
 
 def shown(path: Path | str, options: Options | None = None, progress: Progress | None = None) -> AnalysedRun:
@@ -18,6 +19,13 @@ def shown(path: Path | str, options: Options | None = None, progress: Progress |
     from workbench.calibration.fake_alternatives import ALTERNATIVES
 
     return analyze(path, options, progress=progress, extras=(ALTERNATIVES,))
+
+
+def ahead(path: Path | str, options: Options | None = None) -> bool:
+    """Start decoding the run's trace early for :func:`shown` (workbench.pipeline.api.decode_ahead)."""
+    from workbench.calibration.fake_alternatives import ALTERNATIVES
+
+    return decode_ahead(path, options, (ALTERNATIVES,))
 
 
 def alternative_line(a: dict) -> str:
