@@ -19,9 +19,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_model_state_dict, set_state_dict)
 
 from workbench.format.errors import WorkbenchError
 
@@ -42,7 +39,12 @@ ZERO1_SHARD = "zero1_rank{rank}.pt"
 # Optimizer state keyed by parameter FQN (state.<fqn>.exp_avg, param_groups.<fqn>.lr), as torchtitan
 # saves it: pipeline stages hold different parameters, and the nested form's one "param_groups"
 # entry per rank would be deduplicated to one stage's copy (resume then failed with KeyError 'betas')
-OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+# torch.distributed.checkpoint is imported where a checkpoint is saved or loaded: importing it (and the
+# DTensor and dynamo modules it pulls in) costs each rank ~1.4 s of CPU, in every job that never checkpoints
+def _options():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def _is_zero1(optimizer: torch.optim.Optimizer) -> bool:
@@ -52,6 +54,9 @@ def _is_zero1(optimizer: torch.optim.Optimizer) -> bool:
 
 
 def save(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
     path = Path(root) / STEP_DIR.format(step=step)
     if _is_zero1(optimizer):
         path.mkdir(parents=True, exist_ok=True)
@@ -59,13 +64,16 @@ def save(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.o
                    path / ZERO1_SHARD.format(rank=dist.get_rank()))
         state = {"model": get_model_state_dict(model)}
     else:
-        model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIONS)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
         state = {"model": model_sd, "optim": optim_sd}
     dcp.save(state, checkpoint_id=str(path))
     dist.barrier()  # nobody runs ahead and dies before everyone's shard is written
 
 
 def load(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
+
     path = Path(root) / STEP_DIR.format(step=step)
     if _is_zero1(optimizer):
         shard = path / ZERO1_SHARD.format(rank=dist.get_rank())
@@ -81,7 +89,7 @@ def load(root: str | Path, step: int, model: torch.nn.Module, optimizer: torch.o
         set_model_state_dict(model, state["model"])
         optimizer.optim.load_state_dict(saved["optim"])
         return
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIONS)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=OPTIONS)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_options())

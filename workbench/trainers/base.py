@@ -168,8 +168,12 @@ def detect_trace(event_names: Iterable[str]) -> list[str]:
     names_ = [str(n) for n in event_names]
     found = []
     for t in _REGISTRY.values():
-        pats = [re.compile(p) for p in t.trace_markers]
-        if pats and any(p.search(n) for n in names_ for p in pats):
+        if not t.trace_markers:
+            continue
+        # the trainer's markers as one alternation: one search per name, not one per name and marker
+        # (a trace of 300k distinct step names by ~10 markers took seconds)
+        pat = re.compile("|".join(f"(?:{p})" for p in t.trace_markers))
+        if any(pat.search(n) for n in names_):
             found.append(t.name)
     return _outermost(found)
 

@@ -122,6 +122,14 @@ def stepper(bounds):
     return step_of
 
 
+def by_step(ts: np.ndarray, steps: np.ndarray) -> dict[int, np.ndarray]:
+    """``ts`` split by their step, each part in its original order."""
+    ts, steps = np.asarray(ts), np.asarray(steps)
+    order = np.argsort(steps, kind="stable")
+    keys, first = np.unique(steps[order], return_index=True)
+    return {int(k): part for k, part in zip(keys, np.split(ts[order], first[1:]))}
+
+
 def median(values: list) -> float | None:
     v = [x for x in values if x is not None]
     return float(np.median(v)) if v else None
@@ -155,6 +163,7 @@ class Context:
     """Start times of the attention forwards of the first forward passes (:mod:`.attention`)."""
     proj: Any = None
     """What :mod:`.projections` read from the forward GEMMs (its ``Projections``)."""
+    _bwd_by_step: dict | None = dc_field(default=None, repr=False)
 
     @property
     def first(self) -> int:
@@ -171,8 +180,12 @@ class Context:
         return a[a["name"].isin(list(names)) & ~a["in_bwd"] & (a["step"] == self.first) & (a["ts_us"] < self.b0)]
 
     def bwd_starts(self, step: int) -> np.ndarray:
-        t = self.ev["ts_us"].to_numpy()[str_mask(self.names, lambda c: c.str.startswith(kineto.BACKWARD_NODE))]
-        return t[self.step_of(t) == step]
+        """Start times of the step's autograd nodes. The nodes are found and split by step once
+        per rank: per step, the name test over every event cost 2 ms, 20 s on 10,000 steps."""
+        if self._bwd_by_step is None:
+            t = self.ev["ts_us"].to_numpy()[str_mask(self.names, lambda c: c.str.startswith(kineto.BACKWARD_NODE))]
+            self._bwd_by_step = by_step(t, self.step_of(t))
+        return self._bwd_by_step.get(step, np.zeros(0))
 
 
 def build(trace: Trace, windows: pd.DataFrame, ops: pd.DataFrame) -> Context | None:

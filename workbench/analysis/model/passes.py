@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.analysis.intervals import str_mask
-from workbench.analysis.model.context import Candidates, Context, field, least, median
+from workbench.analysis.model.context import Candidates, Context, by_step, field, least, median
 from workbench.format import kineto
 
 
@@ -43,8 +43,9 @@ def passes(ctx: Context) -> Candidates:
         if mb:
             out["micro_batches"] = field(int(mb), "pipeline 'Forward i' actions per step on this stage")
     if "micro_batches" not in out:
-        per = [_transitions(ops[(ops["step"] == s) & ops["forward"] & ~ops["in_bwd"]]["ts_us"].to_numpy(float),
-                            ctx.bwd_starts(s)) for s in ctx.steps]
+        fwd = ops[ops["forward"] & ~ops["in_bwd"]]
+        fwd_by_step = by_step(fwd["ts_us"].to_numpy(float), fwd["step"].to_numpy())  # once, not a scan per step
+        per = [_transitions(fwd_by_step.get(s, np.zeros(0)), ctx.bwd_starts(s)) for s in ctx.steps]
         mb = median(per)
         if mb:
             out["micro_batches"] = field(int(round(mb)), "forward passes per step (forward → backward transitions)", "medium")
