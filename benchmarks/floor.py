@@ -8,7 +8,9 @@ typed (msgspec: the event fields as a struct, ``args`` left raw), nothing else (
 for many ranks, the floor is that decode of every file spread over the machine's cores (a process
 pool of ``os.cpu_count()``). Each tool runs as a whole process, measured by
 :func:`benchmarks.measure.measure` (wall clock, CPU time of the process tree, peak RSS summed over
-it); the tools take turns (floor, workbench, floor, workbench, …, then HTA once), so the machine's
+it), workbench's modules compiled to bytecode first, as ``pip install`` leaves them (where
+``PYTHONDONTWRITEBYTECODE`` is set, as on the machine of BENCHMARKS.md, every run would otherwise
+compile its ~170 modules again: ~0.25 s of CPU); the tools take turns (floor, workbench, floor, workbench, …, then HTA once), so the machine's
 load falls on both alike, and the table gives medians of ``--repeat`` turns and their ratios.
 
 Data (git-ignored, under ``--out``; built once and reused, ``benchmarks.synthetic``):
@@ -24,6 +26,7 @@ Data (git-ignored, under ``--out``; built once and reused, ``benchmarks.syntheti
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -152,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                     "runpy.run_module('workbench', run_name='__main__', alter_sys=True)"
             tools[f"the same, {args.baseline.name}'s code"] = [sys.executable, "-c", first, *wb[3:]]
         once = {} if args.skip_hta else {"HTA (load + temporal + idle time)": [sys.executable, str(hta), str(d)]}
+        for checkout in [ROOT, *([args.baseline] if args.baseline else [])]:
+            compileall.compile_dir(str(Path(checkout) / "workbench"), quiet=1)
         res = compare(tools, args.repeat, once)
     print(table(res, what))
     if args.json:

@@ -92,10 +92,13 @@ def analysed(path: Path | str, *, workers: int | None = None, cache: bool = True
         return shown(path, options)
     from rich.progress import Progress
 
-    with Progress(console=err(), transient=True) as p:
+    # redrawn as each trace is reduced, by this thread: a refresh thread would keep the reduction's
+    # worker processes from being forks of this one (workbench.pipeline.reduce)
+    with Progress(console=err(), transient=True, auto_refresh=False) as p:
         task = p.add_task("reducing traces", total=None)
+        p.refresh()
         return shown(path, options, lambda done, total, f: p.update(task, total=total, completed=done,
-                                                                    description=_progress_name(f)))
+                                                                    description=_progress_name(f), refresh=True))
 
 
 def _progress_name(f) -> str:

@@ -84,28 +84,40 @@ def default_workers() -> int:
 
 
 def _map_local(files: list[Path], params: Params, frames: Sequence[Frame], workers: int) -> Iterable[tuple[Path, RankSummary]]:
-    """Reduce ``files`` on ``workers`` processes, yielding as each finishes (in-process for 1)."""
+    """Reduce ``files`` on ``workers`` processes — this one and ``workers - 1`` forked — yielding as
+    each finishes (all in this process for 1)."""
     if workers <= 1 or len(files) <= 1:
         for f in files:
             yield f, reduce_trace(f, params, frames)
         return
     import multiprocessing as mp
+    import threading
 
-    # forkserver: a fork of a clean server process (no threads of the caller, e.g. Streamlit's),
-    # with pandas and the reducer imported once
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["workbench.pipeline.reduce", *sorted({_module(f) for f in frames})])
-    with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=ctx) as pool:
-        # at most 2 files per worker in flight: summaries come back as they finish, traces are
-        # read by the worker (only paths travel)
+    if threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+        # a fork of this process: pandas and the reducer are imported already, and no
+        # third process (a server) holds its own copy of them
+        ctx = mp.get_context("fork")
+    else:
+        # forkserver: a fork of a clean server process (no threads of the caller, e.g. Streamlit's),
+        # with pandas and the reducer imported once
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["workbench.pipeline.reduce", *sorted({_module(f) for f in frames})])
+    helpers = min(workers - 1, len(files) - 1)
+    with ProcessPoolExecutor(max_workers=helpers, mp_context=ctx) as pool:
+        # at most 2 files per helper in flight: summaries come back as they finish, traces are
+        # read by the worker (only paths travel); this process reduces the next file itself
+        # while they work, so ``workers`` processes in all hold a rank's tables
         todo = list(files)
         running: dict = {}
         try:
             while todo or running:
-                while todo and len(running) < 2 * workers:
+                while todo and len(running) < 2 * helpers:
                     f = todo.pop(0)
                     running[pool.submit(reduce_trace, f, params, frames)] = f
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                if todo:
+                    f = todo.pop()  # from the end: the helpers' queue is the front
+                    yield f, reduce_trace(f, params, frames)
+                done, _ = wait(running, timeout=0 if todo else None, return_when=FIRST_COMPLETED)
                 for fut in done:
                     f = running.pop(fut)
                     yield f, fut.result()
