@@ -21,7 +21,7 @@ def cat_mask(s: pd.Series, pred) -> np.ndarray:
 def str_values(s: pd.Series) -> np.ndarray:
     """The column's values as ``s.astype(str).to_numpy()`` gives them (an object array of str,
     missing values NaN), a categorical column's turned into text once per distinct value instead
-    of once per event (on 500k events: 1 ms instead of 80 ms)."""
+    of once per event."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         labels = np.empty(len(s.cat.categories) + 1, dtype=object)
         labels[:-1] = [str(c) for c in s.cat.categories]

@@ -24,9 +24,9 @@ from workbench.load import text as _text
 from workbench.load.columns import DECODER, EVENTS_DECODER, Columns, _Trace
 from workbench.load.text import iter_text
 
-# JSON text decoded at once: ~12k Kineto events, ~10 MB of structs. Smaller slices cost no CPU
-# that can be measured (a 168 MB trace: the same 1.0-1.4 s at 4, 8 and 16 MB) and hold less: 16 MB
-# slices (~40 MB of structs) put ~30 MB more on each process that reduces a rank.
+# JSON text decoded at once: ~12k Kineto events, ~10 MB of structs. Smaller slices cost no CPU that
+# this machine could measure and hold less: 16 MB slices (~40 MB of structs) put more on each
+# process that reduces a rank (BENCHMARKS.md, "Analysis against the floor").
 SLICE_BYTES = 4 << 20
 GIANT_EVENT_BYTES = 64 << 20  # text without a boundary between two events before the whole-file path
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
