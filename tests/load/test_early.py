@@ -23,9 +23,15 @@ pytestmark = [pytest.mark.committed, pytest.mark.skipif(not hasattr(os, "fork"),
 SOURCES = ["traces/gpu_slow_data/rank0.pt.trace.json.gz", "traces/ddp_slow_data/rank1.pt.trace.json.gz"]
 
 
+REAL_THREADED = early._threaded
+
+
 @pytest.fixture(autouse=True)
 def two_cores(monkeypatch):
     monkeypatch.setattr(early, "_cores", lambda: 2)
+    # an earlier test in this worker may have left a thread (a pool's, Dask's): the parts' processes
+    # run only the decode, so forking here is safe
+    monkeypatch.setattr(early, "_threaded", lambda: False)
 
 
 def _same(got, path) -> None:
@@ -93,13 +99,14 @@ def test_a_changed_file_is_not_taken(tmp_path):
     assert not early._JOBS
 
 
-def test_not_started_below_the_size_or_with_threads(tmp_path):
+def test_not_started_below_the_size_or_with_threads(tmp_path, monkeypatch):
     path = tmp_path / "rank0.pt.trace.json.gz"
     shutil.copy(ROOT / SOURCES[1], path)
     assert not early.start(path)  # ~1 MB: below EARLY_MIN_BYTES
     assert not early.start(tmp_path / "missing.json", min_bytes=0)
     import threading
 
+    monkeypatch.setattr(early, "_threaded", REAL_THREADED)
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()

@@ -64,6 +64,11 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _threaded() -> bool:
+    """Whether this process runs another thread than this one (then it is not forked)."""
+    return threading.active_count() != 1
+
+
 def _stat(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_size, st.st_mtime_ns
@@ -74,7 +79,7 @@ def start(path: Path | str, min_bytes: int = EARLY_MIN_BYTES) -> bool:
     ``*.json[.gz]`` file is one) in forked processes, when it is at least ``min_bytes``, this
     machine has two cores or more, and this process runs no other thread (a fork copies only the
     calling thread). Returns whether it started."""
-    if not hasattr(os, "fork") or threading.active_count() != 1 or _cores() < 2:
+    if not hasattr(os, "fork") or _threaded() or _cores() < 2:
         return False
     path = Path(path)
     try:
