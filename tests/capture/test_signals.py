@@ -257,3 +257,39 @@ def test_manifest_clean_stop_is_ok_and_says_why(tmp_path):
     m = finish_manifest(tmp_path, m, 0)
     assert m["status"] == "ok" and m["stopped"] == "max_steps" and m["steps_from"] == "optimizer"
     assert m["signal"] is None and "ranks_died" not in m
+
+
+_FAILS_THEN_SIGTERM = """
+import json, os, signal, sys
+from pathlib import Path
+from workbench.capture.rank import run_captured
+
+class Session:  # the least run_captured needs: a rank whose part hears the failure while torchrun ends the job
+    rank, step, trace_written, trace_complete, handed_over, forked = 0, 3, False, False, False, False
+    out = Path(sys.argv[1])
+    heard = None
+    def options(self):
+        return {}
+    def script_failed(self, e):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the part writes its record
+        record = json.dumps([{"frame": i} for i in range(20000)], indent=1)
+        (self.out / "record.json").write_text(record)
+    def stop(self, say_no_step, failed):
+        pass
+
+def fail():
+    raise RuntimeError("Connection reset by peer")
+
+print(run_captured(Session(), fail))
+"""
+
+
+def test_a_signal_while_the_parts_hear_a_failure_does_not_cut_their_records(tmp_path):
+    # The CI failure it guards: a collective failed on rank 0 (its peer had aborted), the hang watch began its
+    # record, and torchrun's SIGTERM raised inside json.dumps: the record was lost and the hang went unnamed.
+    r = subprocess.run([sys.executable, "-c", _FAILS_THEN_SIGTERM, str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr[-2000:]
+    assert len(json.loads((tmp_path / "record.json").read_text())) == 20000
+    status = json.loads((tmp_path / "status_rank0.json").read_text())
+    assert status["error"] == "RuntimeError: Connection reset by peer" and status["signal"] == "SIGTERM"

@@ -98,6 +98,7 @@ def run_captured(session, target, *, reraise: bool = False) -> int:
         code, error = 1, f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
         d = describe_exit(e)
         failure = {"error_type": d["type"], "phase": d["phase"], "where": where(e), "profiler_phase": _phase(session)}
+        guard.saving()  # a signal now (torchrun ending the others) must not cut the parts' records short
         if hasattr(session, "script_failed"):
             session.script_failed(e)  # the capture's parts hear it before the session stops
         if reraise:
