@@ -25,11 +25,13 @@ job's, for the capture's hooks; its ops are kept out of the profiler's trace.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -155,8 +157,9 @@ class FakeRunner:
                                   name="workbench-fake-step", daemon=True)
         set_process_muted(True)
         try:
-            thread.start()
-            thread.join(left + GRACE_S)
+            with _eager():
+                thread.start()
+                thread.join(left + GRACE_S)
             if thread.is_alive():  # past the budget outside any op: stop it at its next bytecode
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(SystemExit))
                 thread.join(GRACE_S)
@@ -191,12 +194,28 @@ class FakeRunner:
             tmp.unlink(missing_ok=True)
 
 
+def _eager():
+    """While the job waits for a measurement, ``torch.compile`` runs nothing compiled
+    (``set_stance("force_eager")``, process-wide): the measurement's forward is eager, as under the modes it
+    runs in, so no compile in its thread fills the job's compile caches or tunes kernels for minutes
+    (torchtitan compiles FlexAttention with max-autotune). Nothing changes where this torch has no stance
+    or the job is inside a compiled region."""
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None or torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    try:
+        return stance("force_eager")
+    except Exception:  # noqa: BLE001 - a stance this torch refuses: the measurement runs as it would
+        return contextlib.nullcontext()
+
+
 def _run(box: dict, model, optimizer, inputs, kw: dict, deadline: float) -> None:
     """The measurement thread: muted, kept out of the profiler, its error kept as the note."""
     from workbench.capture.fake_step import measure
 
     try:
-        with mute():
+        with mute(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the copy's eager run (FlexAttention: "called without torch.compile")
             if hasattr(torch._C._autograd, "_enable_record_function"):
                 torch._C._autograd._enable_record_function(False)  # this thread only
             box["result"] = measure(model, optimizer, inputs, deadline=deadline, **kw)

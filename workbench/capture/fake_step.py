@@ -60,6 +60,24 @@ def _tracker():
     return PeakOnly()
 
 
+def _tracked(mode, out) -> None:
+    """What PyTorch's ``MemTracker`` does with an op's outputs (their memory, by reference type, and the
+    peak), for a higher-order op (FlexAttention) it has no rule for and the tally stepped it over for."""
+    from torch.distributed._tools import mem_tracker as mt_mod
+    from torch.utils._pytree import tree_map_only
+
+    if not isinstance(mode, mt_mod.MemTracker):
+        return
+    try:
+        ref = mt_mod._MemRefType
+        bw = mode._mod_tracker.is_bw
+        kind = ref.OPT if mode._in_opt else ref.TEMP if bw and not mode._in_ac else ref.ACT
+        tree_map_only(torch.Tensor, lambda t: mode._track(kind, t), out)
+        mode._update_peak_stats(mt_mod._ModState.PEAK_BW if bw else mt_mod._ModState.PEAK_FW)
+    except AttributeError:  # another torch's private fields: these outputs go uncounted
+        pass
+
+
 def _strip_capture_hooks(model: nn.Module) -> None:
     """A deep copy carries the live modules' hooks along: the capture's own are dropped from it."""
     for m in model.modules():
@@ -204,7 +222,7 @@ def measure_fake(fm: nn.Module, mode, optimizer, memo: dict, inputs: Any, *, rec
     args_spec, kwargs_spec = inputs
     batch = fake_layouts.batch_of(args_spec) or fake_layouts.batch_of(kwargs_spec)
     device = str(next((p.device for p in fm.parameters()), "cpu"))
-    tally = OpTally(deadline)
+    tally = OpTally(deadline, stepped_over=_tracked)
     with mode:
         opt, note = fake_optimizer(optimizer, fm, memo)
         if note and optimizer is not None:

@@ -23,7 +23,7 @@ unwinds (the thread that runs it can be stopped no other way).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -97,14 +97,35 @@ def _causal(func, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-class OpTally(TorchDispatchMode):
-    """FLOPs, bytes and op counts by (class, phase); ``phase`` is set to ``optimizer`` by the caller."""
+def run_higher_order(func, args: tuple, kwargs: dict, stepped_over: Callable[[Any, Any], None]) -> Any:
+    """A higher-order op (FlexAttention's forward and backward) run under the modes below the caller's,
+    as PyTorch dispatches it, except that a mode with no rule for it (PyTorch's ``MemTracker``, where
+    PyTorch would raise) is stepped over and ``stepped_over(mode, out)`` is told of the outputs."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
 
-    def __init__(self, deadline: float | None = None) -> None:
+    mode = _get_current_dispatch_mode()
+    if mode is None or type(mode) in func.python_key_table or getattr(mode, "supports_higher_order_operators", False):
+        return func(*args, **kwargs)
+    with _pop_mode_temporarily() as popped:
+        out = run_higher_order(func, args, kwargs, stepped_over)
+    stepped_over(popped, out)
+    return out
+
+
+class OpTally(TorchDispatchMode):
+    """FLOPs, bytes and op counts by (class, phase); ``phase`` is set to ``optimizer`` by the caller.
+    Higher-order ops (FlexAttention) pass through it too (:func:`run_higher_order`; ``stepped_over``:
+    what a mode below that takes none of them is told of their outputs)."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, deadline: float | None = None,
+                 stepped_over: Callable[[Any, Any], None] | None = None) -> None:
         super().__init__()
         from torch.utils.flop_counter import flop_registry
 
         self.registry = flop_registry
+        self.stepped_over = stepped_over or (lambda mode, out: None)
         self.deadline = deadline
         self.optimizer = False
         self.flops = {(c, p): 0 for c in CLASSES for p in PHASES}
@@ -122,6 +143,13 @@ class OpTally(TorchDispatchMode):
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise Deadline("the fake-tensor step ran past its time budget")
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            out = run_higher_order(func, args, kwargs, self.stepped_over)
+            try:
+                self._count_higher_order(func, args, kwargs, out)
+            except Exception:  # a formula that does not fit this call: its bytes and FLOPs are left out
+                pass
+            return out
         out = func(*args, **kwargs)
         try:
             self._count(func, args, kwargs, out)
@@ -130,6 +158,25 @@ class OpTally(TorchDispatchMode):
         except Exception:  # a formula that does not fit this call: its bytes and FLOPs are left out
             pass
         return out
+
+    def _count_higher_order(self, func, args, kwargs, out) -> None:
+        """FlexAttention's forward and backward: the dense attention FLOPs of PyTorch's formula (its mask's
+        sparsity is not known from shapes), class ``attention``; another higher-order op: its bytes."""
+        name = getattr(func, "_name", "") or getattr(func, "__name__", "")
+        flops = self.registry[func](*args, **kwargs, out_val=out) if func in self.registry else 0
+        cls = "attention" if name.startswith(ATTENTION_PREFIXES) else "memory"
+        self._add(cls, int(flops or 0), args, kwargs, out)
+
+    def _add(self, cls: str, flops: int, args, kwargs, out, moved: int | None = None) -> None:
+        if moved is None:
+            moved = sum(_bytes(t) for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor))
+        key = (cls, self._phase())
+        self.flops[key] += int(flops or 0)
+        self.bytes[key] += int(moved)
+        self.ops[key] += 1
+        if cls != "memory" and flops and args and isinstance(args[0], torch.Tensor):
+            dt = str(args[0].dtype).removeprefix("torch.")
+            self.dtypes[dt] = self.dtypes.get(dt, 0) + int(flops)
 
     def _count(self, func, args, kwargs, out) -> None:
         packet = func.overloadpacket
@@ -143,7 +190,6 @@ class OpTally(TorchDispatchMode):
             cls = "attention"
         else:
             cls = "memory"
-        phase = self._phase()
         flops = extra_flops(name, args)
         if flops is None and packet in self.registry:
             try:
@@ -160,13 +206,7 @@ class OpTally(TorchDispatchMode):
                     moved += sum(_bytes(t) for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor))
         else:
             moved += sum(_bytes(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-        key = (cls, phase)
-        self.flops[key] += int(flops or 0)
-        self.bytes[key] += int(moved)
-        self.ops[key] += 1
-        if cls != "memory" and flops and args and isinstance(args[0], torch.Tensor):
-            dt = str(args[0].dtype).removeprefix("torch.")
-            self.dtypes[dt] = self.dtypes.get(dt, 0) + int(flops)
+        self._add(cls, int(flops or 0), args, kwargs, out, moved)
 
     def to_json(self) -> dict[str, Any]:
         """``{class: {phase: {"flops", "bytes", "ops"}}}`` and the totals."""
