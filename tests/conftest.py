@@ -141,17 +141,19 @@ FAULT_VARIANTS = {
 
 @pytest.fixture(scope="session")
 def fault_runs(tmp_path_factory):
-    """Real 2-rank gloo runs of tests/scripts/faults_ddp.py (~5 s each): name → run directory; each
-    made lazily on first use."""
+    """Real 2-rank gloo runs of tests/scripts/faults_ddp.py: name → run directory. On first use every
+    variant is profiled, in turn, by one torchrun job (tests/scripts/engine_rounds.py
+    --profile-scripts: each rank captures itself, as a `torchrun -m workbench profile` job does), so
+    torch starts twice, not twice per variant."""
     root = tmp_path_factory.mktemp("faults")
-    made: dict[str, Path] = {}
+    job: list[subprocess.CompletedProcess] = []
 
     def get(name: str) -> Path:
-        if name not in made:
-            out = root / name
-            r = workbench("profile", "--no-analyze", "--nproc-per-node", "2", "--out", out, FAULTS, *FAULT_VARIANTS[name])
-            assert r.returncode == 0, r.stderr[-3000:]
-            made[name] = out
-        return made[name]
+        if not job:  # made once, failed or not
+            specs = [";".join(map(str, (FAULTS, *args))) for args in FAULT_VARIANTS.values()]
+            job.append(torchrun(2, SCRIPTS / "engine_rounds.py", "--profile-scripts", root, *specs, timeout=600))
+        r = job[0]
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        return root / f"run{list(FAULT_VARIANTS).index(name)}"
 
     return get

@@ -11,6 +11,9 @@ the previous group's stale addresses). Without torchrun each run makes its own g
 ``--profile-root DIR`` (first): each run is ``workbench train --profile --no-analyze`` called in
 the ranks, as a user's ``torchrun -m workbench train --profile`` job runs it (each rank captures
 itself, rank 0 writes the manifest), into ``DIR/run{I}``; run it under torchrun (1 rank too).
+``--profile-scripts DIR``: each argument is ``SCRIPT;ARG;...`` instead, run as ``workbench profile
+--no-analyze SCRIPT ARG ...`` is in a rank (a script that makes its process group from torchrun's
+variables and destroys it at its end).
 
     python tests/scripts/engine_rounds.py "case_studies/engine/ddp_tiny.toml;parallel.mode=single;train.steps=5"
     python -m torch.distributed.run --nproc-per-node 2 tests/scripts/engine_rounds.py \\
@@ -43,9 +46,9 @@ def _free_port() -> int:
 
 
 def main(argv: list[str]) -> int:
-    profile_root = None
-    if argv[:1] == ["--profile-root"]:
-        profile_root, argv = Path(argv[1]), argv[2:]
+    profile_root, scripts = None, False
+    if argv[:1] in (["--profile-root"], ["--profile-scripts"]):
+        profile_root, scripts, argv = Path(argv[1]), argv[0] == "--profile-scripts", argv[2:]
     specs = argv
     launched = "TORCHELASTIC_RUN_ID" in os.environ
     agent = None
@@ -58,7 +61,7 @@ def main(argv: list[str]) -> int:
         rank = 0
     for i, spec in enumerate(specs):
         config, *sets = spec.split(";")
-        cfg = load_config(config, sets)
+        cfg = None if scripts else load_config(config, sets)
         if agent is not None:
             key = f"engine_rounds/{i}/port"
             if rank == 0:
@@ -74,10 +77,14 @@ def main(argv: list[str]) -> int:
             continue
         # `workbench train --profile` as one rank of this job runs it: captured in this process
         # (workbench.capture.launcher), into a run directory of its own
-        args = ["train", "--config", config, "--profile", "--no-analyze", "--out", str(profile_root / f"run{i}")]
-        code = cli_main([*args, *(a for s in sets for a in ("--set", s))])
+        out = str(profile_root / f"run{i}")
+        if scripts:  # `workbench profile SCRIPT ARGS` of a script that makes and destroys its own group
+            code = cli_main(["profile", "--no-analyze", "--out", out, config, *sets])
+        else:
+            code = cli_main(["train", "--config", config, "--profile", "--no-analyze", "--out", out,
+                             *(a for s in sets for a in ("--set", s))])
         if code:
-            print(f"run {i}: workbench train exited {code}", file=sys.stderr, flush=True)
+            print(f"run {i}: workbench exited {code}", file=sys.stderr, flush=True)
             return code
     return 0
 
