@@ -284,6 +284,8 @@ print(run_captured(Session(), fail))
 """
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_signal_while_the_parts_hear_a_failure_does_not_cut_their_records(tmp_path):
     # The CI failure it guards: a collective failed on rank 0 (its peer had aborted), the hang watch began its
     # record, and torchrun's SIGTERM raised inside json.dumps: the record was lost and the hang went unnamed.
