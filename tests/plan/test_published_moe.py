@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.plan.published import predict
+from workbench.plan.published import median_abs_error, predict, predict_all
 from workbench.plan.published_moe import OUT_OF_MEMORY, ROWS
 
 pytestmark = pytest.mark.unit
@@ -42,3 +42,11 @@ def test_rows_take_the_layout_their_source_states():
                for r in ROWS if r.note.startswith("FSDP2 + DeepEP"))
     (fsdp,) = [r for r in ROWS if "Megatron FSDP" in r.note]
     assert fsdp.stated["zero"] == 3 and predict(fsdp).fits
+
+
+def test_held_out_step_time_median_within_15_percent():
+    """The published MoE runs never looked at while choosing the planner's MoE defaults: median |error|
+    13.7 % over 12 (goal 15 %; the worst, the ModelZoo's TP 4 run at −47.9 %, is over the 30 % goal:
+    BENCHMARKS.md)."""
+    held = [p for p in predict_all(ROWS) if p.row.split == "held_out"]
+    assert len(held) >= 12 and median_abs_error(held) <= 0.15

@@ -8,7 +8,8 @@ an all-reduce's and a broadcast's the tensor, a send/recv the message.
   activations (s·b·h) forward and two backward (three for q, k, v as separate matmuls, + one for
   the MLP, when they are not fused); with sequence parallelism (Korthikanti et al. 2022, §4.2.2)
   each becomes an all-gather + reduce-scatter, and backward all-gathers the saved sharded inputs
-  again; full recomputation repeats the forward ones.
+  again; full recomputation repeats the forward ones. A Megatron-Core MoE block under sequence
+  parallelism communicates over tp for attention and its shared experts only (:func:`moe_tp_pairs`).
 - pipeline parallel: one activation forward and one gradient backward per micro-batch and stage
   boundary (× vpp with the interleaved schedule), split over the tp ranks by Megatron-LM's
   scatter/gather optimization (Narayanan et al. 2021, §4.1).
@@ -118,7 +119,7 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
     if t > 1:
         link = group_link(layout, "tp", cluster)
         per_fwd, per_bwd = 2, (2 if stack.fused_qkv else 4)
-        n = L * mbs
+        n = L * mbs * tp_block_share(m, layout, stack, stage)
         if layout.sp:
             out += [Collective(op="all_gather", group="tp", bytes=act, calls=2 * n, ranks=t, link=link, when="forward"),
                     Collective(op="reduce_scatter", group="tp", bytes=act, calls=2 * n, ranks=t, link=link, when="forward"),
@@ -165,13 +166,34 @@ def collectives(m: ModelSpec, layout: Layout, stack: Stack, global_batch: int, c
     return out
 
 
+def moe_tp_pairs(m: ModelSpec, layout: Layout, stack: Stack) -> float:
+    """Tensor-parallel collective pairs of one MoE block per dense block's two (attention, MLP).
+    Megatron-Core with sequence parallelism keeps an MoE block's tokens sequence-sharded from its norm
+    through router, dispatch, experts and combine: its routed experts are not split over tp
+    (``expert_tensor_parallel_size`` 1, the ModelZoo's setting; ``moe_layer.py`` gathers nothing, the
+    token dispatcher gathers over the *expert* tp group only), so only attention and the shared experts
+    (a tp-split MLP with its own gather and reduce-scatter) communicate over tp."""
+    if stack.name != "megatron" or not layout.sp:
+        return 2.0
+    return 1.0 + (1.0 if m.shared_experts else 0.0)
+
+
+def tp_block_share(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> float:
+    """The stage's tensor-parallel collectives per block, as a share of a dense block's."""
+    n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
+    if not n_moe:
+        return 1.0
+    return (2.0 * n_dense + moe_tp_pairs(m, layout, stack) * n_moe) / (2.0 * (n_dense + n_moe))
+
+
 def _recomputed_blocks(m: ModelSpec, layout: Layout, stack: Stack, stage: int) -> float:
-    """Blocks of ``stage`` whose forward collectives run again under the layout's recomputation."""
+    """Blocks of ``stage`` whose forward collectives run again under the layout's recomputation (in
+    dense blocks' worth of tensor-parallel collectives)."""
     L = stage_layers(m.layers, layout.pp, stage)
     d, e, fd, fe = stage_share(m, layout.recompute, stage_first_layer(m.layers, layout.pp, stage), L,
                                fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
     n_dense, n_moe = stage_block_counts(m, layout.pp, stage)
-    return n_dense * fd * d.comm + n_moe * fe * e.comm
+    return n_dense * fd * d.comm + n_moe * fe * e.comm * moe_tp_pairs(m, layout, stack) / 2.0
 
 
 def ep_collectives(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, runs: int,

@@ -204,6 +204,10 @@ class Stack:
     ep_overlap: bool = False
     """Expert-parallel dispatch and combine overlap another micro-batch's compute (DeepSeek's DualPipe,
     Megatron-Core's --overlap-moe-expert-parallel-comm); False: on the critical path (torchtitan, the default)."""
+    ep_overlap_dualpipe: bool = False
+    """The overlap is DualPipe's (DeepSeek-V3 §3.2.1: forward and backward chunks paired from both ends
+    of the pipeline, warm-up included); False: Megatron-Core's combined 1F1B, whose warm-up and
+    cool-down micro-batches run unpaired (:func:`workbench.plan.moe_time.unpaired_share`)."""
     ep_dispatcher: str = "alltoall"
     """How tokens reach their experts: alltoall (NCCL's all-to-all, a row per selected expert) | deepep
     (DeepEP / HybridEP: a token once per rank, across nodes once per node); :mod:`workbench.plan.moe_time`."""
@@ -214,6 +218,10 @@ class Stack:
     """The busiest expert-parallel rank's routed rows over the mean (1: balanced)."""
     ep_node_limit: int = 0
     """Node-limited routing: a token's experts lie on at most this many nodes (DeepSeek-V3: 4); 0: no limit."""
+    fp8_matmuls: bool = False
+    """The blocks' linear layers run their three GEMMs (forward, input and weight gradients) in FP8 with
+    fine-grained scaling (DeepSeek-V3 §3.3.1; Transformer Engine's blockwise recipe); the embedding, the
+    head, the router, norms and attention stay in ``dtype`` (:mod:`workbench.plan.fp8`)."""
 
     def __post_init__(self) -> None:
         if self.ep_dispatcher not in EP_DISPATCHERS or self.ep_routing not in EP_ROUTINGS:

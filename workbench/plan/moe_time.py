@@ -109,12 +109,29 @@ def ep_call_seconds(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster
     return max(intra / bw["intra"], inter / bw["inter"]) + LINK_LATENCY_S[link]
 
 
-def ep_exposed_seconds(ep: float, kernels: float, stack: Stack, cluster: Cluster) -> float:
+def unpaired_share(layout: Layout, stage: int, microbatches: int) -> float:
+    """Share of a stage's micro-batch chunks that Megatron-Core's combined 1F1B (``--overlap-moe-expert-
+    parallel-comm``) runs alone, with no other micro-batch's kernels to hide their dispatch and combine:
+    the warm-up forwards and the cool-down backwards. ``schedules.py`` (``get_pp_warmup`` path of the
+    interleaved schedule) warms up ``(p − rank − 1)·2 + (v − 1)·p + 1`` of the ``m·v`` chunks (the +1 the
+    combined schedule adds so that every 1F1B step pairs independent micro-batches); without a pipeline
+    (``combined_1f1b_schedule_for_no_pipelining``) the first forward and the last backward run alone."""
+    total = max(1, microbatches * layout.vpp)
+    if layout.pp <= 1:
+        return min(1.0, 1.0 / total)
+    warm = (layout.pp - stage - 1) * 2 + (layout.vpp - 1) * layout.pp + 1
+    return min(1.0, warm / total)
+
+
+def ep_exposed_seconds(ep: float, kernels: float, stack: Stack, cluster: Cluster, unpaired: float = 0.0) -> float:
     """What a micro-batch's dispatch and combine (``ep`` seconds) add to its ``kernels``: all of it on
     the critical path; with overlap (DualPipe, Megatron-Core's 1F1B A2A overlap) what the other
-    micro-batch's kernels do not hide, plus their slowdown on the SMs the communication holds."""
+    micro-batch's kernels do not hide, plus their slowdown on the SMs the communication holds;
+    ``unpaired``: the share of micro-batches the schedule runs with no partner (:func:`unpaired_share`;
+    0 for DualPipe, whose bidirectional schedule overlaps its warm-up too: V3 report §3.2.1)."""
     if not stack.ep_overlap:
         return ep
-    hidden = min(ep, kernels)
+    paired = ep * (1.0 - unpaired)
+    hidden = min(paired, kernels)
     return ep - hidden + overlap_cost(hidden, cluster)
 

@@ -15,7 +15,7 @@ user. A paper's per-GPU TFLOP/s becomes an iteration time through the paper's ow
 - Mixture of experts (:data:`MOE`): DeepSeek-V2 (DeepSeek-AI 2024, §3.2.3) and DeepSeek-V3
   (DeepSeek-AI 2024, §2.4, §3.1) state their H800 GPU-hours per trillion training tokens (172.8K and
   180K) and their layouts; time = tokens per step / (GPUs · tokens per GPU-second). What the
-  planner does not model is said per row: V3's FP8 matmuls (planned at BF16 rates), DualPipe's
+  planner does not model is said per row: DualPipe's
   near-zero bubble (planned as 1F1B; its all-to-all overlap is modelled, ``ep_overlap``), the
   multi-token-prediction layer, the sequence-length schedule.
 """
@@ -119,9 +119,9 @@ def _deepseek(version: str, model: str, gpus: int, B: int, stated: dict, hours_k
                      moe_dispatch=moe_dispatch)
 
 
-V3_DISPATCH = {"ep_dispatcher": "deepep", "ep_node_limit": 4}
+V3_DISPATCH = {"ep_dispatcher": "deepep", "ep_node_limit": 4, "fp8_matmuls": True, "ep_overlap_dualpipe": True}
 """V3 §2.1.2 and §3.2.2: each token goes to at most 4 nodes, once per node over InfiniBand and on over
-NVLink (the kernels DeepEP published)."""
+NVLink (the kernels DeepEP published); §3.3.1: the blocks' linear layers in FP8 (:mod:`workbench.plan.fp8`)."""
 
 MOE: tuple[Published, ...] = (
     # V2 §3.2.3: 16-way zero-bubble pipeline, 8-way expert parallel, ZeRO-1 data parallel, no tensor
@@ -132,7 +132,7 @@ MOE: tuple[Published, ...] = (
     # V3 §3.1-3.2: 2,048 H800, 16-way pipeline (DualPipe), 64-way expert parallel over 8 nodes, ZeRO-1,
     # no tensor parallel; 180K H800 GPU-hours per trillion tokens; batch up to 15,360 of 4,096. FP8
     _deepseek("DeepSeek-V3", "deepseek-v3-671b", 2048, 15360, {"tp": 1, "pp": 16, "ep": 64, "zero": 1}, 180.0,
-              "H800, FP8 matmuls (planned at BF16), DualPipe (planned as 1F1B with the all-to-all hidden), MTP not "
+              "H800, FP8 matmuls, DualPipe (planned as 1F1B with the all-to-all hidden), MTP not "
               "modelled", ep_overlap=True, moe_dispatch=V3_DISPATCH),
 )
 """Published mixture-of-experts runs: their median error is stated apart (``moe_median``)."""

@@ -3,7 +3,7 @@ measured: the table ``benchmarks/plan_published.py`` prints and ``tests/plan/tes
 holds the planner to. A row is ``fit`` (the planner's MoE defaults were chosen looking at it) or
 ``held_out`` (never looked at while choosing them): the accuracy is reported on the held-out rows.
 
-Sources (BF16 runs only: the planner has no FP8 model):
+Sources (BF16 runs; DeepSeek-V3's FP8 report row is in :mod:`workbench.plan.published`):
 
 - NVIDIA NeMo AutoModel, "Performance Summary", pre-training on DGX-H100, BF16
   (docs.nvidia.com/nemo/automodel, performance-summary; PyTorch FSDP2 with expert parallelism over
@@ -13,7 +13,9 @@ Sources (BF16 runs only: the planner has no FP8 model):
   tokens per second per GPU and the layout.
 - Megatron-MoE-ModelZoo (github yanring/Megatron-MoE-ModelZoo, the Megatron-Core MoE team's),
   its Qwen3 best-practice readme: Qwen3-235B-A22B on 256 H100, BF16, step times per layout and
-  dispatcher (DeepEP, all-to-all), with and without the A2A overlap of 1F1B.
+  dispatcher (DeepEP, all-to-all), with and without the A2A overlap of 1F1B; its model config
+  (``model_configs/benchmarking/Qwen3-235B-A22B.yaml``) runs sequence parallelism and expert tensor
+  parallelism 1 (the table's ETP column).
 - pytorch/torchtitan issue #1789 (2025-10-02): DeepSeek-V3 16B on 8 × H100 80 GB with its shipped
   config (FSDP 8, EP 8, op-level selective recomputation, seq 4,096): local batch 8 ran out of memory,
   local batch 4 ran at 11,636 tokens/s per GPU and 73.32 GiB peak reserved (torchtitan's print).
@@ -60,7 +62,10 @@ def _automodel(model: str, gpus: int, gbs: int, mbs: int, pp: int, ep: int, vpp:
 def _zoo(tp: int, ep: int, pp: int, vpp: int, dp: int, mbs: int, recompute: str, step_s: float, split: str,
          overlap: bool = False, note: str = "", fsdp: bool = False) -> Published:
     # the distributed optimizer (ZeRO-1), or Megatron-FSDP (its FSDP column "On": parameters sharded too)
-    stated = {"tp": tp, "pp": pp, "dp": dp, "mb": mbs, "ep": ep, "recompute": recompute, "zero": 3 if fsdp else 1}
+    # sequence parallel on, experts not split over tp: the ModelZoo's model_configs/benchmarking/Qwen3-235B-A22B.yaml
+    # (--sequence-parallel true, --expert-tensor-parallel-size 1; the table's ETP column: 1)
+    stated = {"tp": tp, "pp": pp, "dp": dp, "mb": mbs, "ep": ep, "recompute": recompute, "zero": 3 if fsdp else 1,
+              "sp": True}
     if pp > 1:
         stated["vpp"] = vpp
     return Published(source=ZOO, model="qwen3-235b-a22b", gpu=H100, gpus=256, global_batch=2048, stated=stated,

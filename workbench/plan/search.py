@@ -53,7 +53,8 @@ class PlanRequest:
     """Expert-parallel all-to-alls overlap another micro-batch's compute (DeepSeek's DualPipe); default: not."""
     moe_dispatch: dict | None = None
     """The stack's expert-dispatch fields where they differ from its defaults (``ep_dispatcher``,
-    ``ep_routing``, ``ep_imbalance``: :class:`workbench.plan.layout.Stack`)."""
+    ``ep_routing``, ``ep_imbalance``, ``ep_node_limit``, ``ep_overlap_dualpipe``, ``fp8_matmuls``:
+    :class:`workbench.plan.layout.Stack`)."""
     run_stack: Stack | None = None
     """The exact stack of an engine run (``--from-run``), used for ``layout``."""
     from_run: dict | None = None

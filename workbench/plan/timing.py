@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass
 from workbench.plan.comm import Collective, call_seconds, collectives, overlap_cost
 from workbench.hardware.systems import Cluster
 from workbench.plan.efficiency import Efficiencies
+from workbench.plan.fp8 import fp8_gemm_seconds, has_fp8
 from workbench.plan.gemms import block_gemms, gemm_calls, gemm_seconds, outside_calibration_pct
 from workbench.plan.layout import Layout, Stack, dtype_bytes
-from workbench.plan.moe_time import ep_call_seconds, ep_exposed_seconds, grouped_gemm_seconds
+from workbench.plan.moe_time import ep_call_seconds, ep_exposed_seconds, grouped_gemm_seconds, unpaired_share
 from workbench.plan.memory import sharded_params, stage_block_counts, stage_first_layer, stage_layers
 from workbench.plan.recompute import RECOMPUTE_LAUNCHES, stage_share
 from workbench.plan.model import ModelSpec
@@ -179,6 +180,7 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     shares = stage_share(m, layout.recompute, first, L, fused_qkv=stack.fused_qkv, flash_attention=stack.flash_attention)
     G = F = MF = MB = 0.0
     imbalance = stack.ep_imbalance if layout.ep > 1 else 1.0
+    fp8 = stack.fp8_matmuls and has_fp8(cluster)
     rec = rec_flops = rec_gemm = rec_mem = rec_blocks_attn = 0.0
     for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
         if not n_blocks:
@@ -186,7 +188,10 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         gemm_d = gemm_r = flops_d = flops_r = 0.0
         for rows, n, k, calls_per, routed in block_gemms(m, stack, layout, moe):
             f = 2.0 * rows * M * n * k * calls_per
-            if routed and eff.expert_gemm:
+            router = moe and not routed and n == m.experts and k == m.hidden  # block_gemms' router: kept in BF16
+            if fp8 and not router:
+                g = fp8_gemm_seconds(rows * M * (imbalance if routed else 1.0), n, k, calls_per, cluster, experts=routed)
+            elif routed and eff.expert_gemm:
                 g = f / (cluster.gpu.peak_flops(dtype) * eff.expert_gemm) * imbalance
             elif routed:  # the busiest ep rank's grouped GEMM: its experts' rows times the imbalance
                 g = grouped_gemm_seconds(rows * M * imbalance, n, k, calls_per, cluster.gpu.peak_flops(dtype))
@@ -248,7 +253,8 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     ep = sum(x.calls for x in calls if x.group == "ep") * ep_call_seconds(m, layout, stack, cluster, eff.busbw) / mbs
     # dispatch and combine wait for the tokens and the experts: on the critical path, unless the stack
     # overlaps them with another micro-batch's kernels (DualPipe), which then hide them up to their time
-    out.ep = ep_exposed_seconds(ep, out.kernels, stack, cluster)
+    unpaired = 0.0 if stack.ep_overlap_dualpipe else unpaired_share(layout, stage, mbs)
+    out.ep = ep_exposed_seconds(ep, out.kernels, stack, cluster, unpaired)
     return out
 
 
