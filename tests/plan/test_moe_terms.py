@@ -75,3 +75,19 @@ def test_unpaired_share_of_an_overlapped_dispatch_stays_exposed():
     hidden = ep_exposed_seconds(1.0, 10.0, stack, H100)
     assert ep_exposed_seconds(1.0, 10.0, stack, H100, unpaired=0.25) == pytest.approx(0.25 + 0.75 * hidden)
     assert ep_exposed_seconds(1.0, 10.0, replace(stack, ep_overlap=False), H100, unpaired=0.25) == 1.0
+
+
+def test_combined_1f1b_hides_each_call_behind_its_partner_node_only():
+    """Megatron-Core's per-layer plan: combine_bwd beside pre-dispatch forward, the two dispatches beside
+    the MLP's backward and forward, combine_fwd beside pre-dispatch backward. Calls shorter than their
+    partners are hidden (at the SMs' cost); longer ones leave their excess exposed."""
+    from workbench.plan.comm import overlap_cost
+    from workbench.plan.moe_time import combined_1f1b_exposed
+    small = combined_1f1b_exposed(0.1, 4, 1, (1.0, 2.0), (1.0, 2.0), 0.0, H100)
+    assert small == pytest.approx(overlap_cost(0.4, H100))
+    # 1 s calls: 1 - 0.5 beside pre forward, 2 - 3 beside the MLPs (hidden), 1 - 1 beside pre backward
+    big = combined_1f1b_exposed(1.0, 4, 1, (0.5, 1.0), (1.0, 2.0), 0.0, H100)
+    assert big == pytest.approx(0.5 + overlap_cost(3.5, H100))
+    # of two blocks' 8 calls and 2 recomputed, one block unpaired: its 4 and the 2 stay whole
+    assert combined_1f1b_exposed(1.0, 10, 2, (0.5, 1.0), (1.0, 2.0), 0.5, H100) == \
+        pytest.approx(6.0 + 0.5 + overlap_cost(3.5, H100))

@@ -123,6 +123,26 @@ def unpaired_share(layout: Layout, stage: int, microbatches: int) -> float:
     return min(1.0, warm / total)
 
 
+def combined_1f1b_exposed(call: float, calls: float, blocks: int, pre: tuple[float, float], post: tuple[float, float],
+                          unpaired: float, cluster: Cluster) -> float:
+    """Dispatch and combine (``calls`` of ``call`` seconds per micro-batch) left on the critical path by
+    Megatron-Core's combined 1F1B, over a stage's ``blocks`` MoE blocks. Its per-layer plan
+    (``model_chunk_schedule_plan.py``, ``TransformerLayerSchedulePlan.run``) pairs one micro-batch's
+    forward of a layer with another's backward in three windows, communication beside computation:
+    the backward's combine beside the forward's pre-dispatch nodes (attention, norm, router: ``pre``
+    forward, backward); the forward's dispatch and the backward's dispatch beside the backward's and
+    the forward's MLP (``post``: the experts); the forward's combine beside the backward's pre-dispatch.
+    A window lasts the longer of the two: what a call's time exceeds of its partner's stays exposed,
+    the rest is hidden at :func:`workbench.plan.comm.overlap_cost`. The ``unpaired`` share of micro-
+    batches (:func:`unpaired_share`) and calls beyond the four per block (recomputation's) are exposed."""
+    windows = ((call, pre[0]), (2 * call, post[1] + post[0]), (call, pre[1]))
+    exposed = sum(max(0.0, c - w) for c, w in windows)
+    hidden = 4 * call - exposed
+    paired = blocks * (1.0 - unpaired)
+    rest = max(0.0, calls * call - 4 * call * paired)
+    return rest + paired * exposed + overlap_cost(paired * hidden, cluster)
+
+
 def ep_exposed_seconds(ep: float, kernels: float, stack: Stack, cluster: Cluster, unpaired: float = 0.0) -> float:
     """What a micro-batch's dispatch and combine (``ep`` seconds) add to its ``kernels``: all of it on
     the critical path; with overlap (DualPipe, Megatron-Core's 1F1B A2A overlap) what the other

@@ -24,7 +24,8 @@ from workbench.plan.efficiency import Efficiencies
 from workbench.plan.fp8 import fp8_gemm_seconds, has_fp8
 from workbench.plan.gemms import block_gemms, gemm_calls, gemm_seconds, outside_calibration_pct
 from workbench.plan.layout import Layout, Stack, dtype_bytes
-from workbench.plan.moe_time import ep_call_seconds, ep_exposed_seconds, grouped_gemm_seconds, unpaired_share
+from workbench.plan.moe_time import (combined_1f1b_exposed, ep_call_seconds, ep_exposed_seconds, grouped_gemm_seconds,
+                                     unpaired_share)
 from workbench.plan.memory import sharded_params, stage_block_counts, stage_first_layer, stage_layers
 from workbench.plan.recompute import RECOMPUTE_LAUNCHES, stage_share
 from workbench.plan.model import ModelSpec
@@ -182,10 +183,12 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
     imbalance = stack.ep_imbalance if layout.ep > 1 else 1.0
     fp8 = stack.fp8_matmuls and has_fp8(cluster)
     rec = rec_flops = rec_gemm = rec_mem = rec_blocks_attn = 0.0
+    nodes = None
     for n_blocks, moe in zip(stage_block_counts(m, layout.pp, stage), (False, True)):
         if not n_blocks:
             continue
-        gemm_d = gemm_r = flops_d = flops_r = 0.0
+        gemm_d = gemm_r = flops_d = flops_r = pre_dispatch = 0.0
+        pre_dispatch_done = False
         for rows, n, k, calls_per, routed in block_gemms(m, stack, layout, moe):
             f = 2.0 * rows * M * n * k * calls_per
             router = moe and not routed and n == m.experts and k == m.hidden  # block_gemms' router: kept in BF16
@@ -201,12 +204,17 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
                 gemm_r, flops_r = gemm_r + g, flops_r + f
             else:
                 gemm_d, flops_d = gemm_d + g, flops_d + f
+            if moe and not routed and (router or not pre_dispatch_done):
+                pre_dispatch += g  # attention's projections and the router: before the dispatch
+            pre_dispatch_done = pre_dispatch_done or router
         mem_f, mem_b = (b * M / (hbm * eff.memory_bound) for b in _layer_memory_bytes(m, stack, layout, s, moe))
         if stack.autocast_weight_copies:  # bf16 copies of the fp32 weights, and the fp32 gradients back
             w = 12 * _block_weights(m, layout, moe) / (hbm * eff.memory_bound)
             mem_f, mem_b = mem_f + w / 2, mem_b + w / 2
         G, F = G + n_blocks * (gemm_d + gemm_r), F + n_blocks * (flops_d + flops_r)
         MF, MB = MF + n_blocks * mem_f, MB + n_blocks * mem_b
+        if moe:  # a MoE block's compute before its dispatch and after it (experts, shared experts)
+            nodes = (pre_dispatch, gemm_d + gemm_r - pre_dispatch, mem_f, mem_b)
         sh, frac = (shares[1], shares[3]) if moe else (shares[0], shares[2])
         again = n_blocks * frac
         rec_gemm += again * (sh.gemm * gemm_d + sh.routed * gemm_r)
@@ -250,11 +258,18 @@ def _micro_batch(m: ModelSpec, layout: Layout, stack: Stack, cluster: Cluster, e
         out.memory += emb
         out.backward += emb / 2
     out.tp = sum(call_seconds(x, cluster, eff.busbw) * x.calls for x in calls if x.group == "tp") / mbs
-    ep = sum(x.calls for x in calls if x.group == "ep") * ep_call_seconds(m, layout, stack, cluster, eff.busbw) / mbs
+    one = ep_call_seconds(m, layout, stack, cluster, eff.busbw)
+    ep_calls = sum(x.calls for x in calls if x.group == "ep") / mbs
     # dispatch and combine wait for the tokens and the experts: on the critical path, unless the stack
-    # overlaps them with another micro-batch's kernels (DualPipe), which then hide them up to their time
-    unpaired = 0.0 if stack.ep_overlap_dualpipe else unpaired_share(layout, stage, mbs)
-    out.ep = ep_exposed_seconds(ep, out.kernels, stack, cluster, unpaired)
+    # overlaps them with another micro-batch's kernels: DualPipe hides them up to their time, Megatron-Core's
+    # combined 1F1B behind the other micro-batch's node beside each (moe_time.combined_1f1b_exposed)
+    if stack.ep_overlap and not stack.ep_overlap_dualpipe and nodes and ep_calls:
+        pre, post, mf, mbw = nodes
+        n_moe = stage_block_counts(m, layout.pp, stage)[1]
+        out.ep = combined_1f1b_exposed(one, ep_calls, n_moe, (pre + attn_f + mf / 2, 2 * pre + attn_b + mbw / 2),
+                                       (post + mf / 2, 2 * post + mbw / 2), unpaired_share(layout, stage, mbs), cluster)
+    else:
+        out.ep = ep_exposed_seconds(ep_calls * one, out.kernels, stack, cluster)
     return out
 
 
