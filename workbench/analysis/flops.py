@@ -333,16 +333,20 @@ def step_flops(ops: pd.DataFrame, windows: pd.DataFrame, peaks: dict[str, float]
     dtype that ran), mfu_bf16_pct (all FLOPs against the bf16 peak, the usual headline),
     flops_<dtype> for each dtype that ran. ``peaks``: dtype → dense FLOP/s (workbench.hardware.peaks)."""
     dtypes = sorted(ops["dtype"].unique()) if not ops.empty else []
-    by = ops.groupby(["step", "dtype"])["flops"].sum() if not ops.empty else pd.Series(dtype=float)
+    # step → {dtype: FLOPs} in dtype order, once (a Series per step cost ~0.3 ms: seconds on 10k steps)
+    by: dict = {}
+    if not ops.empty:
+        for (step, d), f in ops.groupby(["step", "dtype"])["flops"].sum().items():
+            by.setdefault(step, {})[d] = f
     rows = []
     for step, lo, hi in windows[["step", "start_us", "end_us"]].itertuples(index=False):
-        by_dtype = by.xs(step, level="step") if step in by.index.get_level_values(0) else pd.Series(dtype=float)
+        by_dtype = by.get(step, {})
         secs = (hi - lo) / 1e6
-        flops = float(by_dtype.sum())
+        flops = float(sum(by_dtype.values()))
         row = {"step": int(step), "step_ms": secs * 1e3, "flops": flops,
                "tflops_per_s": flops / secs / 1e12 if secs > 0 else None, "mfu_pct": None, "mfu_bf16_pct": None}
         if peaks and secs > 0 and flops > 0:
-            if all(peaks.get(d) for d in by_dtype.index):
+            if all(peaks.get(d) for d in by_dtype):
                 row["mfu_pct"] = 100.0 * sum(f / peaks[d] for d, f in by_dtype.items()) / secs
             if peaks.get("bf16"):
                 row["mfu_bf16_pct"] = 100.0 * flops / peaks["bf16"] / secs

@@ -290,7 +290,7 @@ def _moe_time(rf: RankFrames) -> pd.DataFrame:
 def _trainer_trace(rf: RankFrames) -> list:
     names = rf.trace.events["name"]
     cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else names.unique()
-    return trace_trainers(str(c) for c in cats)
+    return trace_trainers(str(c) for c in cats.tolist())
 
 
 def _optimizer_work(rf: RankFrames) -> dict:

@@ -6,15 +6,42 @@ these are vectorised and work on any lane (a CPU thread, a GPU stream, several a
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
 
+# A column's distinct values as a Series of str, by the categories Index they were made from
+# (id → (a weak reference to it, the Series)): a trace's frames test the same name and category
+# columns ~50 times. Up to OBJECT_MAX values they are Python strings (object dtype), not pandas'
+# Arrow-backed str: on a few hundred values a test costs ~4x less there (Arrow's per-call
+# overhead); beyond it, Arrow's vectorised tests win (300k distinct step names).
+_VALUES: dict[int, tuple[weakref.ref, pd.Series]] = {}
+_VALUES_MAX = 64
+OBJECT_MAX = 4096
+
+
+def _values(categories: pd.Index) -> pd.Series:
+    hit = _VALUES.get(id(categories))
+    if hit is not None and hit[0]() is categories:
+        return hit[1]
+    if len(_VALUES) >= _VALUES_MAX:
+        _VALUES.clear()
+    if len(categories) <= OBJECT_MAX:
+        values = np.empty(len(categories), dtype=object)
+        values[:] = [str(c) for c in categories]
+        series = pd.Series(values, dtype=object)
+    else:
+        series = pd.Series(categories.astype(str))
+    _VALUES[id(categories)] = (weakref.ref(categories), series)
+    return series
+
+
 def cat_mask(s: pd.Series, pred) -> np.ndarray:
-    """Boolean mask of a categorical column from ``pred`` over its distinct values (a str Series):
-    one string test per distinct name instead of one per event (520k events, ~2k names)."""
-    cats = pd.Series(s.cat.categories.astype(str))
-    ok = np.append(np.asarray(pred(cats), bool), False)  # code −1 (missing) → False
+    """Boolean mask of a categorical column from ``pred`` over its distinct values (a Series of
+    str): one string test per distinct name instead of one per event (520k events, ~2k names)."""
+    ok = np.append(np.asarray(pred(_values(s.cat.categories)), bool), False)  # code −1 (missing) → False
     return ok[s.cat.codes.to_numpy()]
 
 
@@ -100,6 +127,21 @@ def exclusive_lengths(layers: list[tuple[np.ndarray, np.ndarray]], lo: float, hi
         covered = now
     out.append((hi - lo) - covered)
     return out
+
+
+def covered_in(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The length of the sorted, disjoint intervals [s, e) (:func:`merge`'s) inside each window
+    [lo, hi), for all windows at once: the covered length before x is a prefix sum of the whole
+    intervals that start at or before x, less the part of the last of them that ends after x."""
+    if len(s) == 0:
+        return np.zeros(len(lo))
+    before = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def upto(x: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(s, x, side="right")
+        return before[j] - np.where(j > 0, np.maximum(e[np.maximum(j - 1, 0)] - x, 0.0), 0.0)
+
+    return np.maximum(upto(hi) - upto(lo), 0.0)
 
 
 def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:

@@ -32,7 +32,7 @@ import pandas as pd
 
 from workbench.format import kineto
 from workbench.analysis.events import classify
-from workbench.analysis.intervals import Spans, blocked_waits, cat_mask, exclusive_lengths
+from workbench.analysis.intervals import blocked_waits, cat_mask, covered_in, merge
 from workbench.load.trace import Trace
 
 CATEGORIES = ("compute", "communication", "memcpy", "dataloader", "host", "idle")
@@ -152,21 +152,36 @@ def category_layers(trace: Trace) -> tuple[list[str], list[tuple[np.ndarray, np.
 
 def step_breakdown(trace: Trace, rank: int | None = None, windows: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per step of this rank: BREAKDOWN_COLUMNS; the *_ms categories sum to step_ms.
-    ``windows``: :func:`step_windows` of the trace, when already known."""
+    ``windows``: :func:`step_windows` of the trace, when already known.
+
+    Each category's time in a step is what its layer adds to the union of the layers before it
+    (earlier layers win where they overlap, as :func:`~workbench.analysis.intervals.exclusive_lengths`
+    gives it for one window), for all steps at once: the union of the first k layers is merged
+    once and measured in every step by :func:`~workbench.analysis.intervals.covered_in`, never in a
+    per-step loop (300k steps took seconds that way)."""
     rank = trace.rank if rank is None else rank
     windows = step_windows(trace) if windows is None else windows
+    if windows.empty:
+        return pd.DataFrame([], columns=BREAKDOWN_COLUMNS)
     labels, layers = category_layers(trace)
-    spans = [Spans(s, e) for s, e in layers]
-    rows = []
-    for step, lo, hi, host_lo, host_hi in windows[["step", "start_us", "end_us", "host_start_us", "host_end_us"]].itertuples(index=False):
-        lengths = exclusive_lengths([sp.within(lo, hi) for sp in spans], lo, hi)
-        row = dict.fromkeys(CATEGORIES, 0.0)
-        for label, us in zip(labels, lengths[:-1]):
-            row[label] += us / 1e3
-        row["idle"] = lengths[-1] / 1e3
-        rows.append({"rank": rank, "step": step, "start_us": lo, "end_us": hi, "step_ms": (hi - lo) / 1e3,
-                     **{f"{c}_ms": row[c] for c in CATEGORIES}, "host_step_ms": (host_hi - host_lo) / 1e3})
-    return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+    lo, hi = windows["start_us"].to_numpy(float), windows["end_us"].to_numpy(float)
+    cols = dict.fromkeys(CATEGORIES, 0.0)
+    acc_s: list[np.ndarray] = []
+    acc_e: list[np.ndarray] = []
+    covered = np.zeros(len(windows))
+    for label, (start, end) in zip(labels, layers):
+        keep = end > start
+        acc_s.append(start[keep])
+        acc_e.append(end[keep])
+        now = covered_in(*merge(np.concatenate(acc_s), np.concatenate(acc_e)), lo, hi)
+        cols[label] = cols[label] + (now - covered) / 1e3
+        covered = now
+    cols["idle"] = ((hi - lo) - covered) / 1e3
+    out = {"rank": [rank] * len(windows), "step": windows["step"].tolist(), "start_us": windows["start_us"].tolist(),
+           "end_us": windows["end_us"].tolist(), "step_ms": (hi - lo) / 1e3,
+           **{f"{c}_ms": np.broadcast_to(np.asarray(cols[c], float), len(windows)) for c in CATEGORIES},
+           "host_step_ms": (windows["host_end_us"].to_numpy(float) - windows["host_start_us"].to_numpy(float)) / 1e3}
+    return pd.DataFrame(out, columns=BREAKDOWN_COLUMNS)
 
 
 def run_breakdown(traces: dict[int, Trace]) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from workbench.analysis.frames import Frame, RankFrames
 
 def has_pipeline_actions(trace) -> bool:
     """True when the trace holds torch.distributed.pipelining stage actions."""
-    return any(kineto.PP_ACTION.match(c) for c in trace.events["name"].cat.categories)
+    return any(kineto.PP_ACTION.match(c) for c in trace.events["name"].cat.categories.tolist())
 
 
 def _pipeline_stage(rf: RankFrames) -> bool:

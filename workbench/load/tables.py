@@ -74,6 +74,11 @@ def tables(cols: Columns) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         }
     )
     events = events.sort_values("ts_us", kind="stable", ignore_index=True)
-    memory = pd.DataFrame(cols.mem_rows, columns=MEMORY_COLUMNS)
+    if len(cols.mem_ts):
+        memory = pd.DataFrame(dict(zip(MEMORY_COLUMNS, (np.frombuffer(c, dtype=d).copy() for c, d in (
+            (cols.mem_ts, np.float64), (cols.mem_allocated, np.int64), (cols.mem_reserved, np.int64),
+            (cols.mem_device, np.int64))))))
+    else:  # as a frame of no rows was made before: columns of no dtype
+        memory = pd.DataFrame([], columns=MEMORY_COLUMNS)
     comms = pd.DataFrame(cols.comm_rows, columns=COMM_COLUMNS).sort_values("ts_us", ignore_index=True)
     return events, memory, comms

@@ -41,7 +41,7 @@ BANDS = ((0.0, "info"), (WARNING_PCT, "warning"), (CRITICAL_PCT, "critical"))
 
 def _fsdp_annotated(rf: RankFrames) -> bool:
     """The rank's trace holds FSDP's ``FSDP::…`` annotations (a sharded model)."""
-    return any(c.startswith(kineto.FSDP_PREFIX) for c in rf.trace.events["name"].cat.categories)
+    return any(c.startswith(kineto.FSDP_PREFIX) for c in rf.trace.events["name"].cat.categories.tolist())
 
 
 FSDP_ANNOTATED = Frame("fsdp_annotated", _fsdp_annotated, returns=bool)
