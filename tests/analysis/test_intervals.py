@@ -52,3 +52,43 @@ def test_spans_within_keeps_every_interval_that_reaches_the_window():
             a, b = clip(s, e, lo, hi), clip(*spans.within(lo, hi), lo, hi)
             assert sorted(zip(*a)) == sorted(zip(*b))
             assert union_length(*a) == union_length(*b)
+
+
+def test_covered_in_measures_every_window_as_clipping_does():
+    """covered_in (all windows at once, from prefix sums) gives, window by window, the union
+    length of the intervals clipped to it: windows that start or end inside an interval, before
+    all of them, after all of them, empty, and overlapping one another."""
+    from workbench.analysis.intervals import clip, covered_in
+
+    rng = np.random.default_rng(7)
+    start = rng.uniform(0, 1000, 400)
+    end = start + rng.exponential(5, 400)
+    lo = np.concatenate([rng.uniform(-50, 1050, 300), [-100.0, 2000.0, 10.0]])
+    hi = np.concatenate([lo[:300] + rng.exponential(20, 300), [-50.0, 2100.0, 10.0]])
+    got = covered_in(*merge(start, end), lo, hi)
+    want = [union_length(*clip(start, end, a, b)) for a, b in zip(lo, hi)]
+    assert np.allclose(got, want, rtol=1e-12, atol=1e-9)
+    assert got[-3:].tolist() == [0.0, 0.0, 0.0]
+    assert covered_in(np.empty(0), np.empty(0), lo, hi).tolist() == [0.0] * len(lo)
+
+
+def test_cat_mask_is_the_same_over_python_and_arrow_strings(monkeypatch):
+    """A column of few distinct values is tested as Python strings, one of many as Arrow strings:
+    the same predicates give the same masks either way."""
+    import pandas as pd
+
+    from workbench.analysis import intervals
+    from workbench.format import kineto
+
+    names = ["ProfilerStep#1", "aten::mm", "ncclKernel_AllReduce_RING_LL_Sum_float", "Optimizer.step#AdamW.step",
+             "autograd::engine::evaluate_function: MmBackward0", "c10d::recv_", "gloo:send", "pin_memory"]
+    col = pd.Series(pd.Categorical(names * 3 + [None]))
+    preds = [lambda c: c.str.match(kineto.PROFILER_STEP.pattern), lambda c: c.str.contains(kineto.COMM_KERNEL),
+             lambda c: c.str.contains(kineto.P2P_OP), lambda c: c.str.startswith(kineto.BACKWARD_NODE),
+             lambda c: c.isin(["aten::mm", "gloo:send"]), lambda c: c == "pin_memory"]
+    few = [intervals.cat_mask(col, p) for p in preds]
+    monkeypatch.setattr(intervals, "OBJECT_MAX", 0)
+    col = pd.Series(pd.Categorical(names * 3 + [None]))  # new categories: not the cached values
+    many = [intervals.cat_mask(col, p) for p in preds]
+    assert all(a.tolist() == b.tolist() for a, b in zip(few, many))
+    assert few[0].tolist() == [True] + [False] * 7 + [True] + [False] * 7 + [True] + [False] * 8
