@@ -92,3 +92,21 @@ def test_cat_mask_is_the_same_over_python_and_arrow_strings(monkeypatch):
     many = [intervals.cat_mask(col, p) for p in preds]
     assert all(a.tolist() == b.tolist() for a, b in zip(few, many))
     assert few[0].tolist() == [True] + [False] * 7 + [True] + [False] * 7 + [True] + [False] * 8
+
+
+def test_cat_mask_forgets_a_column_once_it_is_gone():
+    """The distinct values kept for a column go with the column (a trace of 300k names would
+    otherwise hold megabytes in a reducing process after its trace is dropped)."""
+    import gc
+
+    import pandas as pd
+
+    from workbench.analysis import intervals
+
+    col = pd.Series(pd.Categorical([f"name{i}" for i in range(100)]))
+    assert intervals.cat_mask(col, lambda c: c == "name3").sum() == 1
+    key = id(col.cat.categories)
+    assert key in intervals._VALUES
+    del col
+    gc.collect()
+    assert key not in intervals._VALUES

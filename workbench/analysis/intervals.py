@@ -28,13 +28,19 @@ def _values(categories: pd.Index) -> pd.Series:
         return hit[1]
     if len(_VALUES) >= _VALUES_MAX:
         _VALUES.clear()
+    key = id(categories)
+
+    def forget(ref: weakref.ref) -> None:  # the column is gone: so are its values (300k names are MBs)
+        if _VALUES.get(key, (None,))[0] is ref:
+            _VALUES.pop(key, None)
+
     if len(categories) <= OBJECT_MAX:
         values = np.empty(len(categories), dtype=object)
         values[:] = [str(c) for c in categories]
         series = pd.Series(values, dtype=object)
     else:
         series = pd.Series(categories.astype(str))
-    _VALUES[id(categories)] = (weakref.ref(categories), series)
+    _VALUES[key] = (weakref.ref(categories, forget), series)
     return series
 
 
