@@ -219,16 +219,27 @@ def _built(out: Path, params: dict) -> dict | None:
     marker = out / MARKER
     if marker.exists() and json.loads(marker.read_text()).get("params") == params:
         return json.loads(marker.read_text())["info"]
-    shutil.rmtree(out, ignore_errors=True)
+    if out.is_symlink() or out.is_file():
+        out.unlink()  # rmtree refuses a link: a folder linked from another checkout is left as it is
+    else:
+        shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     return None
+
+
+def _source_key(src_dir: Path) -> str:
+    """The source as a path inside the repository where it is one, so that another checkout's build is reused."""
+    try:
+        return Path(src_dir).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(src_dir)
 
 
 def build_ranks(src_dir: Path, out: Path, world: int, *, min_mb: float = 20.0, bare: bool = False,
                 text: bytes | None = None) -> dict[str, Any]:
     """Write a ``world``-rank run directory at ``out`` (see the module docstring). Reuses a
     directory a previous ``--keep`` run built with the same parameters."""
-    params = {"source": str(src_dir), "world": world, "min_mb": min_mb, "bare": bare, "v": 1}
+    params = {"source": _source_key(src_dir), "world": world, "min_mb": min_mb, "bare": bare, "v": 1}
     if (info := _built(out, params)) is not None:
         return info
     t0 = time.perf_counter()
