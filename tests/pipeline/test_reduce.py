@@ -1,7 +1,7 @@
 """Per-rank reduction and the analysis cache.
 
 The reference is the analysis as it was before the reduction: every rank's trace in memory and
-each frame computed from it when a rule asks (``_direct``). Every committed run must give the same
+each frame computed from it when a rule asks (``_direct``). Every committed run (in CI a stable sample: :func:`_ci_sample`) must give the same
 ``--json`` through the reduced path in this process, on worker processes, and reopened from the
 cache, with no frame missing from the summaries (``Context.missed``).
 """
@@ -33,7 +33,25 @@ def _runs() -> list[Path]:
     return out
 
 
+def _ci_sample(runs: list[Path]) -> list[Path]:
+    """What CI checks (``WORKBENCH_FUZZ=deep``: every run): every multi-rank run, where ranks are reduced
+    and merged, and of the single-rank runs the first of each family (its folder and the first word of its
+    name: one torchtitan, one Hugging Face Trainer, one engine layout …). ``tests/golden`` still pins every
+    run's ``--json``."""
+    if os.environ.get("WORKBENCH_FUZZ") == "deep":
+        return runs
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in runs:
+        family = (p.parent.name, p.name.split("_")[0])
+        if len(list(p.glob("*.pt.trace.json*"))) > 1 or family not in seen:
+            out.append(p)
+        seen.add(family)
+    return out
+
+
 RUNS = _runs()
+CHECKED = _ci_sample(RUNS)
 
 
 def _direct(path: Path) -> dict:
@@ -87,7 +105,7 @@ def copy_of(tmp_path, monkeypatch):
 
 
 @pytest.mark.committed
-@pytest.mark.parametrize("src", RUNS, ids=[f"{p.parent.name}/{p.name}" for p in RUNS])
+@pytest.mark.parametrize("src", CHECKED, ids=[f"{p.parent.name}/{p.name}" for p in CHECKED])
 def test_summaries_and_cache_give_the_direct_analysis(src, copy_of):
     path = copy_of(src)
     want = _direct(path)
