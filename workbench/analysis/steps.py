@@ -166,14 +166,12 @@ def step_breakdown(trace: Trace, rank: int | None = None, windows: pd.DataFrame 
     labels, layers = category_layers(trace)
     lo, hi = windows["start_us"].to_numpy(float), windows["end_us"].to_numpy(float)
     cols = dict.fromkeys(CATEGORIES, 0.0)
-    acc_s: list[np.ndarray] = []
-    acc_e: list[np.ndarray] = []
+    union_s, union_e = np.empty(0), np.empty(0)  # the merged union of the layers so far
     covered = np.zeros(len(windows))
     for label, (start, end) in zip(labels, layers):
         keep = end > start
-        acc_s.append(start[keep])
-        acc_e.append(end[keep])
-        now = covered_in(*merge(np.concatenate(acc_s), np.concatenate(acc_e)), lo, hi)
+        union_s, union_e = merge(np.concatenate([union_s, start[keep]]), np.concatenate([union_e, end[keep]]))
+        now = covered_in(union_s, union_e, lo, hi)
         cols[label] = cols[label] + (now - covered) / 1e3
         covered = now
     cols["idle"] = ((hi - lo) - covered) / 1e3
